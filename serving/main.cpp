@@ -1,0 +1,28 @@
+// The `kiln` executable: one CLI11 app; each layer contributes its own subcommands.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "kiln_config.h"
+#include "runtime/error.hpp"
+
+int main(int argc, char** argv) {
+    CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
+    app.set_version_flag("--version", KILN_VERSION);
+    app.require_subcommand(1);
+    app.fallthrough();
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const kiln::Error& e) {
+        fmt::print(stderr, "kiln: error: {}\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "kiln: internal error: {}\n", e.what());
+        return 2;
+    }
+    return 0;
+}
