@@ -1,0 +1,67 @@
+// Shared prelude for host kernels, compiled by kiln's in-process clang (C++17). No libstdc++: only
+// clang's builtin headers are visible. The kiln_host_ctx layout must match
+// runtime/host_kernel_abi.h (same KILN_HOST_ABI_VERSION).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KILN_HOST_ABI_VERSION 1
+
+extern "C" {
+typedef void (*kiln_host_range_fn)(void* arg, int64_t begin, int64_t end);
+typedef struct kiln_host_ctx {
+    uint32_t abi_version;
+    uint32_t num_threads;
+    void* pool;
+    void (*parallel_for)(void* pool, int64_t n, int64_t grain, kiln_host_range_fn fn, void* arg);
+    int32_t* status;
+} kiln_host_ctx;
+}
+
+// Every entry point starts with this: a context of another ABI version is refused, not misread.
+#define KILN_HOST_ENTRY_GUARD(ctx)                                     \
+    do {                                                               \
+        if ((ctx)->abi_version != KILN_HOST_ABI_VERSION) {             \
+            if ((ctx)->status) *(ctx)->status = 1;                     \
+            return;                                                    \
+        }                                                              \
+    } while (0)
+
+namespace kiln_host {
+
+using i8 = int8_t;
+using u8 = uint8_t;
+using u16 = uint16_t;
+using i32 = int32_t;
+using u32 = uint32_t;
+using i64 = int64_t;
+using u64 = uint64_t;
+
+constexpr i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+constexpr i64 min(i64 a, i64 b) { return a < b ? a : b; }
+constexpr i64 max(i64 a, i64 b) { return a > b ? a : b; }
+
+// Runs body(begin, end) over [0, n) on the executor's thread pool (grain <= 0: pool decides).
+template <typename F>
+inline void parallel_for(const kiln_host_ctx* ctx, i64 n, i64 grain, F& body) {
+    ctx->parallel_for(
+        ctx->pool, n, grain, [](void* a, int64_t b, int64_t e) { (*static_cast<F*>(a))(b, e); }, &body);
+}
+
+// bf16 <-> fp32 (bf16 is the top half of an fp32; round to nearest even, NaN stays NaN).
+inline float bf16_to_f32(u16 v) {
+    u32 u = static_cast<u32>(v) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+inline u16 f32_to_bf16(float f) {
+    u32 u;
+    __builtin_memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<u16>((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<u16>(u >> 16);
+}
+
+}  // namespace kiln_host
