@@ -1,5 +1,6 @@
 #include "runtime/host_executor.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -56,22 +57,40 @@ void HostStream::enqueue(std::function<void()> work, std::string what) {
     push(Item{std::move(work), std::move(what), false});
 }
 
-void HostStream::launch(kiln_host_entry entry, const void* args, size_t size, std::string kernel_name) {
+void HostStream::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+void* HostStream::scratch(uint64_t bytes) {
+    if (bytes == 0) return nullptr;
+    if (bytes > scratch_bytes_) {
+        uint64_t n = (bytes + 63) / 64 * 64;
+        void* p = std::aligned_alloc(64, n);
+        if (p == nullptr) throw HostExecutionError(fmt::format("cannot allocate {} bytes of kernel scratch memory", n));
+        scratch_.reset(p);
+        scratch_bytes_ = n;
+    }
+    return scratch_.get();
+}
+
+void HostStream::launch(kiln_host_entry entry, const void* args, size_t size, std::string kernel_name,
+                        uint64_t scratch_bytes) {
     if (entry == nullptr) throw InvalidArgument(fmt::format("host kernel {}: null entry point", kernel_name));
     std::vector<unsigned char> copy(size);
     if (size != 0) std::memcpy(copy.data(), args, size);
-    HostThreadPool* pool = &pool_;
     std::string name = kernel_name;
-    push(Item{[entry, pool, copy = std::move(copy), name = std::move(name)] {
+    push(Item{[this, entry, scratch_bytes, copy = std::move(copy), name = std::move(name)] {
                   int32_t status = 0;
-                  kiln_host_ctx ctx = pool->abi_context();
+                  kiln_host_ctx ctx = pool_.abi_context();
                   ctx.status = &status;
+                  ctx.scratch = scratch(scratch_bytes);
+                  ctx.scratch_bytes = scratch_bytes;
                   entry(&ctx, copy.empty() ? nullptr : copy.data());
-                  if (status != 0)
+                  if (status == 1)
                       throw HostExecutionError(fmt::format(
-                          "host kernel {} refused to run (status {}): built for another kernel ABI version "
-                          "than this kiln ({})",
-                          name, status, KILN_HOST_ABI_VERSION));
+                          "host kernel {} refused to run: built for another kernel ABI version than this kiln ({})",
+                          name, KILN_HOST_ABI_VERSION));
+                  if (status != 0)
+                      throw HostExecutionError(fmt::format("host kernel {} refused to run (status {}{})", name,
+                                                           status, status == 2 ? ": scratch buffer too small" : ""));
               },
               "host kernel " + kernel_name, false});
 }

@@ -3,7 +3,8 @@
 //
 // HostStream: work enqueued on one stream runs in order, one item at a time, on the stream's own
 // thread; enqueue returns at once. A host kernel launched on a stream gets its argument bytes
-// copied at launch (like CUDA kernel parameters) and the thread pool for its parallel loops.
+// copied at launch (like CUDA kernel parameters), the thread pool for its parallel loops and a
+// scratch buffer of the requested size (like dynamic shared memory; one per stream, reused).
 // Errors are sticky: once an item throws, later items on that stream are skipped (event records
 // still complete, so other streams never hang on them) and synchronize() rethrows the first error,
 // every time. Destroying a stream waits for the work already enqueued.
@@ -69,8 +70,10 @@ public:
 
     // Runs `work` after everything enqueued before it. `what` names it in error messages.
     void enqueue(std::function<void()> work, std::string what = "host work item");
-    // Launches a host kernel: `args` (size bytes) are copied now; entry(ctx, copy) runs in order.
-    void launch(kiln_host_entry entry, const void* args, size_t size, std::string kernel_name);
+    // Launches a host kernel: `args` (size bytes) are copied now; entry(ctx, copy) runs in order
+    // with at least `scratch_bytes` of scratch memory in ctx.
+    void launch(kiln_host_entry entry, const void* args, size_t size, std::string kernel_name,
+                uint64_t scratch_bytes = 0);
 
     void record(HostEvent& ev);
     void wait(const HostEvent& ev);
@@ -99,6 +102,13 @@ private:
     bool busy_ = false;
     bool stop_ = false;
     std::exception_ptr error_;
+    // Kernel scratch memory: touched only by the stream thread.
+    struct FreeDeleter {
+        void operator()(void* p) const;
+    };
+    std::unique_ptr<void, FreeDeleter> scratch_;
+    uint64_t scratch_bytes_ = 0;
+    void* scratch(uint64_t bytes);
     std::thread thread_;
 };
 

@@ -71,6 +71,8 @@ kiln_host_ctx HostThreadPool::abi_context() {
     c.pool = this;
     c.parallel_for = &abi_parallel_for;
     c.status = nullptr;
+    c.scratch = nullptr;
+    c.scratch_bytes = 0;
     return c;
 }
 

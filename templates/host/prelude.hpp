@@ -16,14 +16,21 @@ typedef struct kiln_host_ctx {
     void* pool;
     void (*parallel_for)(void* pool, int64_t n, int64_t grain, kiln_host_range_fn fn, void* arg);
     int32_t* status;
+    void* scratch;
+    uint64_t scratch_bytes;
 } kiln_host_ctx;
 }
 
-// Every entry point starts with this: a context of another ABI version is refused, not misread.
-#define KILN_HOST_ENTRY_GUARD(ctx)                                     \
+// Every entry point starts with this: a context of another ABI version, or a scratch buffer
+// smaller than the kernel needs, is refused (status 1 or 2), never misread.
+#define KILN_HOST_ENTRY_GUARD(ctx, scratch_needed)                     \
     do {                                                               \
         if ((ctx)->abi_version != KILN_HOST_ABI_VERSION) {             \
             if ((ctx)->status) *(ctx)->status = 1;                     \
+            return;                                                    \
+        }                                                              \
+        if ((ctx)->scratch_bytes < (uint64_t)(scratch_needed)) {       \
+            if ((ctx)->status) *(ctx)->status = 2;                     \
             return;                                                    \
         }                                                              \
     } while (0)

@@ -26,7 +26,7 @@ HostKernelSource saxpy_source(int n, float a) {
 struct Args {{ const float* x; float* y; }};
 constexpr kiln_host::i64 N = {};
 extern "C" void saxpy(const kiln_host_ctx* ctx, const void* p) {{
-    KILN_HOST_ENTRY_GUARD(ctx);
+    KILN_HOST_ENTRY_GUARD(ctx, 0);
     const Args& a = *static_cast<const Args*>(p);
     auto body = [&](kiln_host::i64 b, kiln_host::i64 e) {{
         for (kiln_host::i64 i = b; i < e; ++i) a.y[i] = {:.9e}f * a.x[i] + a.y[i];

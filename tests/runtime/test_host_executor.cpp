@@ -236,6 +236,17 @@ extern "C" void fill_kernel(const kiln_host_ctx* ctx, const void* args) {
     ctx->parallel_for(ctx->pool, c.a->n, 0, &fill_chunk, &c);
 }
 extern "C" void refusing_kernel(const kiln_host_ctx* ctx, const void*) { *ctx->status = 3; }
+// Uses its scratch buffer as a temporary, as the GEMV kernels do.
+extern "C" void scratch_kernel(const kiln_host_ctx* ctx, const void* args) {
+    const FillArgs* a = static_cast<const FillArgs*>(args);
+    if (ctx->scratch_bytes < sizeof(int) * static_cast<uint64_t>(a->n)) {
+        *ctx->status = 2;
+        return;
+    }
+    int* tmp = static_cast<int*>(ctx->scratch);
+    for (int64_t i = 0; i < a->n; ++i) tmp[i] = static_cast<int>(i) * a->value;
+    for (int64_t i = 0; i < a->n; ++i) a->out[a->n - 1 - i] = tmp[i];
+}
 }  // namespace
 
 TEST_CASE("host kernel launch copies its arguments and runs parallel loops") {
@@ -255,4 +266,19 @@ TEST_CASE("host kernel launch copies its arguments and runs parallel loops") {
     CHECK_THROWS_WITH_AS(s.synchronize(),
                          doctest::Contains("host kernel refuser refused to run (status 3)"),
                          HostExecutionError);
+}
+
+TEST_CASE("host kernel scratch memory") {
+    HostStream s;
+    for (int64_t n : {10, 1000, 100, 100000}) {
+        std::vector<int> out(n, -1);
+        FillArgs args{out.data(), n, 3};
+        s.launch(&scratch_kernel, &args, sizeof args, "scratch", sizeof(int) * n);
+        s.synchronize();
+        for (int64_t i = 0; i < n; ++i) REQUIRE(out[n - 1 - i] == 3 * static_cast<int>(i));
+    }
+    std::vector<int> out(64, -1);
+    FillArgs args{out.data(), 64, 3};
+    s.launch(&scratch_kernel, &args, sizeof args, "scratch", 8);  // asks for too little
+    CHECK_THROWS_WITH_AS(s.synchronize(), doctest::Contains("scratch buffer too small"), HostExecutionError);
 }
