@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cache/cache_bench.hpp"
+#include "cache/cache_cli.hpp"
 #include "kiln_config.h"
 #include "runtime/error.hpp"
 
@@ -12,6 +14,11 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", KILN_VERSION);
     app.require_subcommand(1);
     app.fallthrough();
+
+    kiln::cache::add_cache_commands(app);
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+    kiln::cache::add_cache_bench(*bench);
 
     try {
         app.parse(argc, argv);
