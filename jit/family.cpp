@@ -16,6 +16,10 @@ HostSource Family::host_source(const KernelDescriptor&) const {
 
 void FamilyRegistry::add(std::unique_ptr<Family> f) {
     if (find(f->name()) != nullptr) throw InvalidArgument(fmt::format("kernel family '{}' registered twice", f->name()));
+    if (!f->has_host_source())
+        throw InvalidArgument(fmt::format("kernel family '{}' has no host template (templates/host/): every family "
+                                          "needs a host-target implementation so kiln runs without a GPU",
+                                          f->name()));
     families_.push_back(std::move(f));
 }
 

@@ -12,7 +12,9 @@
 // and, in its own header, a typed launch helper taking TensorViews.
 //
 // Registration is explicit: register_builtin_families() adds the families shipped with kiln to a
-// registry; nothing registers itself from a static initialiser.
+// registry; nothing registers itself from a static initialiser. Every family must have a host
+// implementation (kiln runs without a GPU): FamilyRegistry::add refuses a family whose
+// has_host_source() is false.
 #pragma once
 
 #include <memory>
@@ -30,11 +32,14 @@ struct DeviceSource {
     std::string name_expr;  // e.g. "&kiln_dev::moe_routing_indexed<64, 8, 64, 32>"
 };
 
-// Host-target source (issue: host target). Same shape as DeviceSource; entry is the symbol to look up.
+// Host-target source: a C++ translation unit for the in-process clang (templates/host/*.hpp).
+// `entry` is the extern "C" kiln_host_entry symbol (runtime/host_kernel_abi.h); `scratch_bytes` is the
+// scratch memory a launch must provide (the host analogue of dynamic shared memory).
 struct HostSource {
     std::string file_name;
     std::string source;
     std::string entry;
+    uint64_t scratch_bytes = 0;
 };
 
 class Family {
@@ -58,7 +63,8 @@ public:
 
 class FamilyRegistry {
 public:
-    // Throws InvalidArgument if a family of that name is already registered.
+    // Throws InvalidArgument if a family of that name is already registered, or if the family has no
+    // host-target implementation (a host template).
     void add(std::unique_ptr<Family> f);
     const Family* find(std::string_view name) const;
     // Throws NotFound listing the registered families.

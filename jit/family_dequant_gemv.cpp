@@ -28,7 +28,6 @@ KernelDescriptor DequantGemvFamily::canonicalize(const KernelDescriptor& in) con
                                           to_string(in.weight_format)));
     if (in.act_dtype != DType::none && in.act_dtype != DType::bf16)
         throw InvalidArgument("dequant_gemv: activations must be bf16");
-    if (in.target.is_host()) throw InvalidArgument("dequant_gemv: no host-target implementation yet");
     d.m = in.m;
     d.n = in.n;
     d.k = in.k;
@@ -37,7 +36,7 @@ KernelDescriptor DequantGemvFamily::canonicalize(const KernelDescriptor& in) con
     d.target = in.target;
     int w = in.config.warps ? in.config.warps : 8;
     if (w < 1 || w > 32) throw InvalidArgument(fmt::format("dequant_gemv: warps={} must be in [1, 32]", w));
-    d.config.warps = static_cast<uint8_t>(w);
+    d.config.warps = static_cast<uint8_t>(d.target.is_host() ? 0 : w);  // host kernels have no warps
     return d;
 }
 
@@ -49,6 +48,22 @@ DeviceSource DequantGemvFamily::device_source(const KernelDescriptor& d) const {
         "// {}\n"
         "#include \"device/dequant_gemv.cuh\"\n",
         to_string(d));
+    return s;
+}
+
+HostSource DequantGemvFamily::host_source(const KernelDescriptor& d) const {
+    HostSource s;
+    s.file_name = "dequant_gemv_dense_host.cpp";
+    s.entry = "kiln_dequant_gemv_int4_g32";
+    s.scratch_bytes = static_cast<uint64_t>(d.m) * static_cast<uint64_t>(d.k) * sizeof(float);
+    s.source = fmt::format(
+        "// {}\n"
+        "#include \"host/dequant_gemv.hpp\"\n"
+        "extern \"C\" void kiln_dequant_gemv_int4_g32(const kiln_host_ctx* ctx, const void* args) {{\n"
+        "    KILN_HOST_ENTRY_GUARD(ctx, kiln_host::dequant_gemv_scratch_bytes({}, {}));\n"
+        "    kiln_host::dequant_gemv_int4_g32<{}, {}, {}>(ctx, *static_cast<const kiln_host::DequantGemvArgs*>(args));\n"
+        "}}\n",
+        to_string(d), d.m, d.k, d.n, d.k, d.m);
     return s;
 }
 

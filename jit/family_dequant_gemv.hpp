@@ -29,6 +29,8 @@ public:
     KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
     DeviceSource device_source(const KernelDescriptor& d) const override;
     uint32_t max_dynamic_smem(const KernelDescriptor&) const override { return 0; }
+    bool has_host_source() const override { return true; }
+    HostSource host_source(const KernelDescriptor& d) const override;  // templates/host/dequant_gemv.hpp
 
     static KernelDescriptor descriptor(int m_bucket, int n, int k, Target target, int warps = 0);
 };

@@ -30,7 +30,6 @@ KernelDescriptor MoeRoutingFamily::canonicalize(const KernelDescriptor& in) cons
         throw InvalidArgument(fmt::format("moe_routing: experts={} must be in [1, {}]", in.experts, k_max_experts));
     if (in.topk < 1 || in.topk > std::min(in.experts, 64))
         throw InvalidArgument(fmt::format("moe_routing: topk={} must be in [1, min(experts, 64)]", in.topk));
-    if (in.target.is_host()) throw InvalidArgument("moe_routing: no host-target implementation yet");
     if (in.weight_format != WeightFormat::none)
         throw InvalidArgument("moe_routing: takes no quantised weights (weight format must be none)");
     d.experts = in.experts;
@@ -42,7 +41,7 @@ KernelDescriptor MoeRoutingFamily::canonicalize(const KernelDescriptor& in) cons
     int w = in.config.warps ? in.config.warps : default_warps(in.experts);
     if (w < 1 || w > 32) throw InvalidArgument(fmt::format("moe_routing: warps={} must be in [1, 32]", w));
     d.config.block_m = static_cast<uint16_t>(bm);
-    d.config.warps = static_cast<uint8_t>(w);
+    d.config.warps = static_cast<uint8_t>(d.target.is_host() ? 0 : w);  // host kernels have no warps
     return d;
 }
 
@@ -60,6 +59,21 @@ DeviceSource MoeRoutingFamily::device_source(const KernelDescriptor& d) const {
         "// {}\n"
         "#include \"device/moe_routing.cuh\"\n",
         to_string(d));
+    return s;
+}
+
+HostSource MoeRoutingFamily::host_source(const KernelDescriptor& d) const {
+    HostSource s;
+    s.file_name = "moe_routing_indexed_host.cpp";
+    s.entry = "kiln_moe_routing_indexed";
+    s.source = fmt::format(
+        "// {}\n"
+        "#include \"host/moe_routing.hpp\"\n"
+        "extern \"C\" void kiln_moe_routing_indexed(const kiln_host_ctx* ctx, const void* args) {{\n"
+        "    KILN_HOST_ENTRY_GUARD(ctx, 0);\n"
+        "    kiln_host::moe_routing_indexed<{}, {}, {}>(ctx, *static_cast<const kiln_host::MoeRoutingArgs*>(args));\n"
+        "}}\n",
+        to_string(d), d.experts, d.topk, d.config.block_m);
     return s;
 }
 

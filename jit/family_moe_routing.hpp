@@ -31,6 +31,8 @@ public:
     KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
     DeviceSource device_source(const KernelDescriptor& d) const override;
     uint32_t max_dynamic_smem(const KernelDescriptor& d) const override;
+    bool has_host_source() const override { return true; }
+    HostSource host_source(const KernelDescriptor& d) const override;  // templates/host/moe_routing.hpp
 
     // A canonical descriptor; block_m = 0 / warps = 0 pick the defaults.
     static KernelDescriptor descriptor(int experts, int topk, Target target, int block_m = 0, int warps = 0);

@@ -8,17 +8,32 @@
 #include "cache/cache_cli.hpp"
 #include "kiln_config.h"
 #include "runtime/error.hpp"
+#include "runtime/exec_target.hpp"
+#if KILN_HAVE_HOST_JIT
+#include "jit/host_bench.hpp"
+#endif
 
 int main(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     app.set_version_flag("--version", KILN_VERSION);
     app.require_subcommand(1);
     app.fallthrough();
+    app.add_option_function<std::string>(
+           "--target",
+           [](const std::string& t) {
+               kiln::runtime::set_target_preference(kiln::runtime::parse_target_preference(t));
+           },
+           "Where kernels run: host, cuda or auto (default auto: the GPU when one is usable, else the host)")
+        ->envname("KILN_TARGET")
+        ->check(CLI::IsMember({"host", "cuda", "auto"}, CLI::ignore_case));
 
     kiln::cache::add_cache_commands(app);
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
     kiln::cache::add_cache_bench(*bench);
+#if KILN_HAVE_HOST_JIT
+    kiln::jit::add_host_bench(*bench);
+#endif
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,78 @@
+#include "jit/host_launch.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include <fmt/format.h>
+
+#include "runtime/error.hpp"
+
+namespace kiln::jit {
+
+using runtime::DType;
+using runtime::Location;
+
+static void expect_host_kernel(const LoadedKernel& k, std::string_view family) {
+    if (k.desc.family.view() != family || !k.desc.target.is_host() || k.host_entry == nullptr)
+        throw InvalidArgument(fmt::format("launch_{}: kernel {} is not a loaded host-target {} kernel", family,
+                                          to_string(k.desc), family));
+}
+
+void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::HostStream& stream) {
+    expect_host_kernel(k, MoeRoutingFamily::k_name);
+    const KernelDescriptor& d = k.desc;
+    runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, Location::host);
+    runtime::expect_shape(a.topk_ids, "moe_routing topk_ids", {-1, d.topk});
+    runtime::expect_tensor(a.sorted_ids, "moe_routing sorted_ids", DType::i32, 1, Location::host);
+    runtime::expect_tensor(a.block_expert, "moe_routing block_expert", DType::i32, 1, Location::host);
+    runtime::expect_tensor(a.tokens_per_expert, "moe_routing tokens_per_expert", DType::i32, 1, Location::host);
+    runtime::expect_shape(a.tokens_per_expert, "moe_routing tokens_per_expert", {d.experts});
+    runtime::expect_tensor(a.total_padded, "moe_routing total_padded", DType::i32, 1, Location::host);
+    runtime::expect_shape(a.total_padded, "moe_routing total_padded", {1});
+    const int64_t tokens = a.topk_ids.shape[0];
+    const int bm = d.config.block_m;
+    const int64_t need = moe_routing_capacity(tokens, d.topk, d.experts, bm);
+    if (a.sorted_ids.shape[0] < need || a.block_expert.shape[0] < need / bm)
+        throw InvalidArgument(fmt::format(
+            "moe_routing: {} tokens need sorted_ids of >= {} rows and block_expert of >= {} blocks (got {} and {})",
+            tokens, need, need / bm, a.sorted_ids.shape[0], a.block_expert.shape[0]));
+    if (tokens * d.topk + static_cast<int64_t>(d.experts) * bm > INT32_MAX)
+        throw InvalidArgument(fmt::format("moe_routing: {} tokens overflow 32-bit row indices", tokens));
+
+    MoeRoutingHostArgs h{};
+    h.topk_ids = a.topk_ids.ptr<const int32_t>();
+    h.sorted_ids = a.sorted_ids.ptr<int32_t>();
+    h.block_expert = a.block_expert.ptr<int32_t>();
+    h.tokens_per_expert = a.tokens_per_expert.ptr<int32_t>();
+    h.total_padded = a.total_padded.ptr<int32_t>();
+    h.num_tokens = static_cast<int32_t>(tokens);
+    h.sorted_capacity = static_cast<int32_t>(std::min<int64_t>(a.sorted_ids.shape[0], INT32_MAX));
+    h.max_blocks = static_cast<int32_t>(std::min<int64_t>(a.block_expert.shape[0], INT32_MAX));
+    stream.launch(k.host_entry, &h, sizeof h, to_string(d), k.host_scratch_bytes);
+}
+
+void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtime::HostStream& stream) {
+    expect_host_kernel(k, DequantGemvFamily::k_name);
+    const KernelDescriptor& d = k.desc;
+    runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, Location::host);
+    runtime::expect_shape(a.x, "dequant_gemv x", {-1, d.k});
+    runtime::expect_tensor(a.weight_packed, "dequant_gemv weight_packed", DType::i32, 2, Location::host);
+    runtime::expect_shape(a.weight_packed, "dequant_gemv weight_packed", {d.n, d.k / 8});
+    runtime::expect_tensor(a.weight_scale, "dequant_gemv weight_scale", DType::bf16, 2, Location::host);
+    runtime::expect_shape(a.weight_scale, "dequant_gemv weight_scale", {d.n, d.k / 32});
+    const int64_t m = a.x.shape[0];
+    if (m < 1 || m > d.m)
+        throw InvalidArgument(fmt::format("dequant_gemv: m={} outside the kernel's M-bucket [1, {}]", m, d.m));
+    runtime::expect_tensor(a.y, "dequant_gemv y", DType::bf16, 2, Location::host);
+    runtime::expect_shape(a.y, "dequant_gemv y", {m, d.n});
+
+    DequantGemvHostArgs h{};
+    h.x = a.x.ptr<const uint16_t>();
+    h.weight_packed = a.weight_packed.ptr<const uint32_t>();
+    h.weight_scale = a.weight_scale.ptr<const uint16_t>();
+    h.y = a.y.ptr<uint16_t>();
+    h.m = static_cast<int32_t>(m);
+    stream.launch(k.host_entry, &h, sizeof h, to_string(d), k.host_scratch_bytes);
+}
+
+}  // namespace kiln::jit
