@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -41,19 +42,52 @@ struct BenchOptions {
     bool json = false;
 };
 
-// Median milliseconds of fn() over at least 3 runs and about `min_seconds`.
-double median_ms(const std::function<void()>& fn, double min_seconds) {
+double process_cpu_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+// Medians over at least 3 runs and about `min_seconds`: wall-clock milliseconds, and CPU
+// milliseconds of the whole process (for single-threaded work: its cost, however busy the machine).
+struct Timing {
+    double wall_ms = 0, cpu_ms = 0;
+};
+Timing measure(const std::function<void()>& fn, double min_seconds) {
     fn();  // warm-up: page faults, caches, lazy allocations
-    std::vector<double> t;
+    std::vector<double> wall, cpu;
     auto start = Clock::now();
-    while (t.size() < 3 || (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds && t.size() < 2000)) {
+    while (wall.size() < 3 ||
+           (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds && wall.size() < 2000)) {
+        const double c0 = process_cpu_ms();
         auto t0 = Clock::now();
         fn();
-        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        cpu.push_back(process_cpu_ms() - c0);
     }
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    return t[t.size() / 2];
+    auto median = [](std::vector<double>& v) {
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        return v[v.size() / 2];
+    };
+    return {median(wall), median(cpu)};
 }
+
+// Runs a host kernel on the calling thread with a one-thread pool: the kernel alone, no stream.
+struct DirectRunner {
+    runtime::HostThreadPool pool{1};
+    std::vector<unsigned char> scratch;
+    void operator()(const LoadedKernel& k, const void* args) {
+        if (scratch.size() < k.host_scratch_bytes) scratch.resize(k.host_scratch_bytes + 64);
+        int32_t status = 0;
+        kiln_host_ctx ctx = pool.abi_context();
+        ctx.status = &status;
+        auto p = reinterpret_cast<uintptr_t>(scratch.data());
+        ctx.scratch = k.host_scratch_bytes ? reinterpret_cast<void*>((p + 63) / 64 * 64) : nullptr;
+        ctx.scratch_bytes = k.host_scratch_bytes;
+        k.host_entry(&ctx, args);
+        if (status != 0) throw Error(fmt::format("kiln bench host: kernel {} refused to run ({})", to_string(k.desc), status));
+    }
+};
 
 struct TempDir {
     fs::path path;
@@ -87,12 +121,16 @@ void plain_fp32_gemv(const uint16_t* x, int m, const int32_t* packed, const uint
 struct CompileRow {
     std::string kernel;
     HostCompileStats cold, warm;
+    double cold_cpu_ms = 0;
 };
 
 struct SpeedRow {
     std::string kernel, shape;
-    double reference_ms = 0, plain_fp32_ms = -1, jit_1t_ms = 0, jit_ms = 0;
-    double bytes = 0;  // bytes the kernel must read (weights, scales, activations), for GB/s
+    double reference_ms = 0;   // CPU ms, one thread
+    double plain_ms = -1;      // CPU ms, one thread (-1: none)
+    double jit_ms = 0;         // CPU ms, one thread, the kernel called directly
+    double launch_ms = 0;      // wall ms: launch on a host stream with the whole pool + synchronize
+    double bytes = 0;          // bytes the kernel must touch, for GB/s
 };
 
 void run(const BenchOptions& o) {
@@ -103,8 +141,8 @@ void run(const BenchOptions& o) {
 
     const Target host = Target::host_target();
     const std::vector<KernelDescriptor> kernels = {
-        MoeRoutingFamily::descriptor(896, 16, host, 16),  // K3: 896 experts, top-16
-        MoeRoutingFamily::descriptor(384, 8, host, 64),   // K2: 384 experts, top-8
+        MoeRoutingFamily::descriptor(896, 16, host, 16),      // K3: 896 experts, top-16
+        MoeRoutingFamily::descriptor(384, 8, host, 64),       // K2: 384 experts, top-8
         DequantGemvFamily::descriptor(1, 2048, 7168, host),   // K2 expert gate/up rows, decode
         DequantGemvFamily::descriptor(1, 7168, 2048, host),   // K2 expert down, decode
         DequantGemvFamily::descriptor(8, 3584, 7168, host),   // K3 latent down-projection, batch 8
@@ -119,8 +157,9 @@ void run(const BenchOptions& o) {
         HostKernelLoader cold({&store});
         target_name = cold.compiler().target().name();
         for (const auto& d : kernels) {
+            const double c0 = process_cpu_ms();
             const LoadedKernel& k = cold.get(d);
-            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}});
+            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}, process_cpu_ms() - c0});
         }
     }
     const uint64_t clang_cold = HostCompiler::clang_invocations() - clang_before;
@@ -129,8 +168,8 @@ void run(const BenchOptions& o) {
     const uint64_t clang_warm = HostCompiler::clang_invocations() - clang_before - clang_cold;
 
     // 2. Speed against the references.
-    runtime::HostThreadPool one(1);
-    runtime::HostStream s1(one), sn;  // one thread; the process pool (KILN_HOST_THREADS)
+    runtime::HostStream stream;  // the process pool (KILN_HOST_THREADS)
+    DirectRunner direct;
     std::vector<SpeedRow> speed;
     std::mt19937_64 rng(42);
 
@@ -150,15 +189,16 @@ void run(const BenchOptions& o) {
             a.block_expert = TensorView::contiguous(block.data(), DType::i32, {blocks});
             a.tokens_per_expert = TensorView::contiguous(counts.data(), DType::i32, {d.experts});
             a.total_padded = TensorView::contiguous(total.data(), DType::i32, {1});
+            const MoeRoutingHostArgs packed = pack_moe_routing(k, a);
             SpeedRow r;
-            r.kernel = "moe_routing e=896 topk=16 bm=16";
+            r.kernel = fmt::format("moe_routing e={} topk={} bm={}", d.experts, d.topk, d.config.block_m);
             r.shape = fmt::format("tokens={}", tokens);
-            r.reference_ms = median_ms([&] {
+            r.reference_ms = measure([&] {
                 auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, d.config.block_m, cap, blocks);
                 if (ref.total_padded < 0) throw Error("unreachable");
-            }, o.min_seconds);
-            r.jit_1t_ms = median_ms([&] { launch_moe_routing(k, a, s1); s1.synchronize(); }, o.min_seconds);
-            r.jit_ms = median_ms([&] { launch_moe_routing(k, a, sn); sn.synchronize(); }, o.min_seconds);
+            }, o.min_seconds).cpu_ms;
+            r.jit_ms = measure([&] { direct(k, &packed); }, o.min_seconds).cpu_ms;
+            r.launch_ms = measure([&] { launch_moe_routing(k, a, stream); stream.synchronize(); }, o.min_seconds).wall_ms;
             auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, d.config.block_m, cap, blocks);
             if (ref.sorted_ids != sorted || ref.block_expert != block)
                 throw Error("kiln bench host: moe_routing result differs from the reference");
@@ -182,15 +222,16 @@ void run(const BenchOptions& o) {
         a.weight_packed = TensorView::contiguous(packed.data(), DType::i32, {n, kk / 8});
         a.weight_scale = TensorView::contiguous(scale.data(), DType::bf16, {n, kk / 32});
         a.y = TensorView::contiguous(y.data(), DType::bf16, {m, n});
+        const DequantGemvHostArgs hargs = pack_dequant_gemv(k, a);
         SpeedRow r;
         r.kernel = fmt::format("dequant_gemv n={} k={}", n, kk);
         r.shape = fmt::format("m={}", m);
         std::vector<double> ref;
-        r.reference_ms = median_ms([&] { ref = dequant_gemv_reference(x, m, packed, scale, n, kk); }, o.min_seconds);
-        r.plain_fp32_ms = median_ms([&] { plain_fp32_gemv(x.data(), m, packed.data(), scale.data(), n, kk, yp.data()); },
-                                    o.min_seconds);
-        r.jit_1t_ms = median_ms([&] { launch_dequant_gemv(k, a, s1); s1.synchronize(); }, o.min_seconds);
-        r.jit_ms = median_ms([&] { launch_dequant_gemv(k, a, sn); sn.synchronize(); }, o.min_seconds);
+        r.reference_ms = measure([&] { ref = dequant_gemv_reference(x, m, packed, scale, n, kk); }, o.min_seconds).cpu_ms;
+        r.plain_ms = measure([&] { plain_fp32_gemv(x.data(), m, packed.data(), scale.data(), n, kk, yp.data()); },
+                             o.min_seconds).cpu_ms;
+        r.jit_ms = measure([&] { direct(k, &hargs); }, o.min_seconds).cpu_ms;
+        r.launch_ms = measure([&] { launch_dequant_gemv(k, a, stream); stream.synchronize(); }, o.min_seconds).wall_ms;
         double worst = 0;
         for (size_t j = 0; j < y.size(); ++j) {
             const double got = runtime::bf16_to_float(y[j]);
@@ -201,11 +242,12 @@ void run(const BenchOptions& o) {
         speed.push_back(r);
     }
 
+    const unsigned threads = stream.pool().threads();
     if (o.json) {
         nlohmann::json j;
         j["target"] = target_name;
         j["llvm"] = HostCompiler::llvm_version();
-        j["threads"] = sn.pool().threads();
+        j["threads"] = threads;
         j["clang_invocations_cold"] = clang_cold;
         j["clang_invocations_warm"] = clang_warm;
         for (const auto& c : compile_rows)
@@ -214,6 +256,7 @@ void run(const BenchOptions& o) {
                                     {"o3_ms", c.cold.optimize_ms},
                                     {"codegen_ms", c.cold.codegen_ms},
                                     {"cold_total_ms", c.cold.total_ms},
+                                    {"cold_cpu_ms", c.cold_cpu_ms},
                                     {"object_bytes", c.cold.object_bytes},
                                     {"warm_load_ms", c.warm.load_ms},
                                     {"warm_total_ms", c.warm.total_ms},
@@ -221,37 +264,40 @@ void run(const BenchOptions& o) {
         for (const auto& r : speed)
             j["speed"].push_back({{"kernel", r.kernel},
                                   {"shape", r.shape},
-                                  {"reference_ms", r.reference_ms},
-                                  {"plain_fp32_ms", r.plain_fp32_ms},
-                                  {"jit_1_thread_ms", r.jit_1t_ms},
-                                  {"jit_ms", r.jit_ms},
-                                  {"speedup_1_thread", r.reference_ms / r.jit_1t_ms},
-                                  {"speedup", r.reference_ms / r.jit_ms},
-                                  {"gb_per_s", r.bytes / (r.jit_ms * 1e6)}});
+                                  {"reference_cpu_ms", r.reference_ms},
+                                  {"plain_fp32_cpu_ms", r.plain_ms},
+                                  {"jit_cpu_ms", r.jit_ms},
+                                  {"launch_wall_ms", r.launch_ms},
+                                  {"speedup_vs_reference_1_thread", r.reference_ms / r.jit_ms},
+                                  {"speedup_vs_plain_fp32_1_thread", r.plain_ms > 0 ? r.plain_ms / r.jit_ms : 0.0},
+                                  {"speedup_vs_reference_pool", r.reference_ms / r.launch_ms},
+                                  {"jit_gb_per_s_1_thread", r.bytes / (r.jit_ms * 1e6)}});
         fmt::print("{}\n", j.dump(2));
         return;
     }
 
-    fmt::print("kiln bench host: target {}, LLVM {}, {} threads (KILN_HOST_THREADS)\n\n", target_name,
-               HostCompiler::llvm_version(), sn.pool().threads());
-    fmt::print("Cold compile (clang -> O3 -> codegen, fresh cache; {} clang runs) and warm load from SQLite "
-               "(new loader, {} clang runs)\n",
+    fmt::print("kiln bench host: target {}, LLVM {}, pool of {} threads (KILN_HOST_THREADS)\n\n", target_name,
+               HostCompiler::llvm_version(), threads);
+    fmt::print("Cold compile into a fresh cache ({} clang runs) and warm load from SQLite by a new loader ({} clang runs)\n",
                clang_cold, clang_warm);
-    fmt::print("{:<58} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n", "kernel", "clang ms", "O3 ms", "cg ms", "total ms",
-               "obj KiB", "warm ms");
+    fmt::print("{:<50} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7} {:>8}\n", "kernel", "clang", "O3", "codegen", "total",
+               "cpu", "obj KiB", "warm");
     for (const auto& c : compile_rows)
-        fmt::print("{:<58} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.1f} {:>9.3f}\n", c.kernel.substr(0, 58),
-                   c.cold.frontend_ms, c.cold.optimize_ms, c.cold.codegen_ms, c.cold.total_ms,
+        fmt::print("{:<50} {:>7.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.3f}\n", c.kernel.substr(0, 50),
+                   c.cold.frontend_ms, c.cold.optimize_ms, c.cold.codegen_ms, c.cold.total_ms, c.cold_cpu_ms,
                    c.cold.object_bytes / 1024.0, c.warm.load_ms);
-    fmt::print("\nSpeed (median ms; reference = the family's reference implementation, plain fp32 = a scalar fp32 "
-               "loop compiled into kiln)\n");
-    fmt::print("{:<34} {:<12} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}\n", "kernel", "shape", "reference",
-               "plain f32", "JIT 1 thr", "JIT pool", "x ref 1t", "x ref", "GB/s");
+    fmt::print("(milliseconds; clang/O3/codegen/total/warm are wall time, cpu is process CPU time of the cold compile)\n\n");
+    fmt::print("Speed: milliseconds per call (median). reference = the family's reference implementation, plain = a "
+               "scalar fp32 loop compiled into kiln,\nJIT = the host kernel called directly; all three on one thread, "
+               "in process CPU time. launch = host stream launch + synchronize on the pool, wall time.\n");
+    fmt::print("{:<32} {:<11} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7}\n", "kernel", "shape", "reference",
+               "plain", "JIT", "launch", "xref 1t", "xplain", "xref", "GB/s 1t");
     for (const auto& r : speed)
-        fmt::print("{:<34} {:<12} {:>10.3f} {:>10} {:>10.3f} {:>10.3f} {:>8.1f} {:>8.1f} {:>8.2f}\n", r.kernel, r.shape,
-                   r.reference_ms, r.plain_fp32_ms < 0 ? std::string("-") : fmt::format("{:.3f}", r.plain_fp32_ms),
-                   r.jit_1t_ms, r.jit_ms, r.reference_ms / r.jit_1t_ms, r.reference_ms / r.jit_ms,
-                   r.bytes / (r.jit_ms * 1e6));
+        fmt::print("{:<32} {:<11} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>8.1f} {:>8} {:>8.1f} {:>7.2f}\n", r.kernel,
+                   r.shape, r.reference_ms, r.plain_ms < 0 ? std::string("-") : fmt::format("{:.3f}", r.plain_ms),
+                   r.jit_ms, r.launch_ms, r.reference_ms / r.jit_ms,
+                   r.plain_ms < 0 ? std::string("-") : fmt::format("{:.1f}", r.plain_ms / r.jit_ms),
+                   r.reference_ms / r.launch_ms, r.bytes / (r.jit_ms * 1e6));
 }
 
 }  // namespace

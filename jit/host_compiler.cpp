@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <unordered_map>
@@ -104,9 +105,17 @@ const llvm::Target& lookup_target(const std::string& triple) {
 }
 
 // Where clang's builtin headers (stddef.h, stdint.h, ...) live: lib/clang/<version> under the
-// LLVM install kiln was built against.
-std::string resource_dir() {
-    return fmt::format("{}/clang/{}", KILN_LLVM_LIBDIR, LLVM_VERSION_STRING);
+// LLVM install kiln was built against; "" when that is absent (a relocated bundle). The kiln
+// templates need none of them.
+const std::string& resource_dir() {
+    static const std::string dir = [] {
+        std::string d = fmt::format("{}/clang/{}", KILN_LLVM_LIBDIR, LLVM_VERSION_STRING);
+        std::error_code ec;
+        if (std::filesystem::is_directory(d + "/include", ec)) return d;
+        log::debug("clang builtin headers not found at {}/include: host kernels see no builtin headers", d);
+        return std::string();
+    }();
+    return dir;
 }
 
 }  // namespace
@@ -273,10 +282,11 @@ struct HostCompiler::Impl {
         std::lock_guard lk(g_frontend_mu);
         g_clang_invocations.fetch_add(1, std::memory_order_relaxed);
 
-        const std::string rdir = resource_dir();
         const std::string main_file = fmt::format("{}/kernel.cpp", k_virtual_root);
         std::vector<std::string> args = options;
-        args.insert(args.end(), {"-resource-dir", rdir, "-internal-isystem", rdir + "/include", main_file});
+        if (const std::string& rdir = resource_dir(); !rdir.empty())
+            args.insert(args.end(), {"-resource-dir", rdir, "-internal-isystem", rdir + "/include"});
+        args.push_back(main_file);
         std::vector<const char*> argv;
         argv.reserve(args.size());
         for (const auto& a : args) argv.push_back(a.c_str());

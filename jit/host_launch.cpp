@@ -18,7 +18,7 @@ static void expect_host_kernel(const LoadedKernel& k, std::string_view family) {
                                           to_string(k.desc), family));
 }
 
-void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::HostStream& stream) {
+MoeRoutingHostArgs pack_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a) {
     expect_host_kernel(k, MoeRoutingFamily::k_name);
     const KernelDescriptor& d = k.desc;
     runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, Location::host);
@@ -48,10 +48,15 @@ void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime:
     h.num_tokens = static_cast<int32_t>(tokens);
     h.sorted_capacity = static_cast<int32_t>(std::min<int64_t>(a.sorted_ids.shape[0], INT32_MAX));
     h.max_blocks = static_cast<int32_t>(std::min<int64_t>(a.block_expert.shape[0], INT32_MAX));
-    stream.launch(k.host_entry, &h, sizeof h, to_string(d), k.host_scratch_bytes);
+    return h;
 }
 
-void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtime::HostStream& stream) {
+void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::HostStream& stream) {
+    MoeRoutingHostArgs h = pack_moe_routing(k, a);
+    stream.launch(k.host_entry, &h, sizeof h, to_string(k.desc), k.host_scratch_bytes);
+}
+
+DequantGemvHostArgs pack_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a) {
     expect_host_kernel(k, DequantGemvFamily::k_name);
     const KernelDescriptor& d = k.desc;
     runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, Location::host);
@@ -72,7 +77,12 @@ void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtim
     h.weight_scale = a.weight_scale.ptr<const uint16_t>();
     h.y = a.y.ptr<uint16_t>();
     h.m = static_cast<int32_t>(m);
-    stream.launch(k.host_entry, &h, sizeof h, to_string(d), k.host_scratch_bytes);
+    return h;
+}
+
+void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtime::HostStream& stream) {
+    DequantGemvHostArgs h = pack_dequant_gemv(k, a);
+    stream.launch(k.host_entry, &h, sizeof h, to_string(k.desc), k.host_scratch_bytes);
 }
 
 }  // namespace kiln::jit

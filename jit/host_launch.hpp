@@ -41,4 +41,9 @@ static_assert(sizeof(DequantGemvHostArgs) == 40);
 void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::HostStream& stream);
 void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtime::HostStream& stream);
 
+// The checks and argument blocks of the launches above, for running a kernel without a stream
+// (benchmarks).
+MoeRoutingHostArgs pack_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a);
+DequantGemvHostArgs pack_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a);
+
 }  // namespace kiln::jit

@@ -38,14 +38,76 @@ typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 // Scratch bytes the kernel needs: x in fp32, permuted.
 constexpr i64 dequant_gemv_scratch_bytes(i64 max_m, i64 k) { return max_m * k * 4; }
 
+// y[r0 .. r0+R, n] for one weight row n: R rows of x share every dequantised weight vector.
+template <int kN, int kK, int R>
+inline void dequant_gemv_row_tile(const DequantGemvArgs& a, const float* xs, int r0, i64 n) {
+    constexpr i64 kBlocks = kK / 64;        // full 64-code blocks per row
+    constexpr bool kTail = (kK % 64) != 0;  // one trailing 32-code group
+    constexpr i64 kGroups = kK / 32;
+    const u32* w = a.weight_packed + n * (kK / 8);
+    const u16* s = a.weight_scale + n * kGroups;
+    const float* x0 = xs + static_cast<i64>(r0) * kK;
+
+    // Independent accumulator chains per row so FMA latency does not serialise the loop.
+    constexpr int kChains = R >= 4 ? 1 : (R >= 2 ? 2 : 4);
+    f32x8 acc[R][kChains];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < kChains; ++c) acc[r][c] = 0.f;
+    for (i64 blk = 0; blk < kBlocks; ++blk) {
+        u32x8 q;
+        __builtin_memcpy(&q, w + blk * 8, 32);
+        const float s0 = bf16_to_f32(s[2 * blk]), s1 = bf16_to_f32(s[2 * blk + 1]);
+        const f32x8 sv = {s0, s0, s0, s0, s1, s1, s1, s1};
+        const f32x8 bias = sv * -8.0f;
+        const float* xb = x0 + blk * 64;
+#pragma clang loop unroll(full)
+        for (int j = 0; j < 8; ++j) {
+            const f32x8 wj = __builtin_convertvector((q >> (4 * j)) & 0xfu, f32x8) * sv + bias;
+#pragma clang loop unroll(full)
+            for (int r = 0; r < R; ++r) {
+                f32x8 xv;
+                __builtin_memcpy(&xv, xb + r * kK + j * 8, 32);
+                acc[r][j % kChains] += wj * xv;
+            }
+        }
+    }
+    float tail[R];
+    for (int r = 0; r < R; ++r) tail[r] = 0.f;
+    if constexpr (kTail) {
+        u32x4 q;
+        __builtin_memcpy(&q, w + kBlocks * 8, 16);
+        const f32x4 sv = bf16_to_f32(s[kGroups - 1]);
+        const f32x4 bias = sv * -8.0f;
+        const float* xb = x0 + kBlocks * 64;
+        f32x4 acc4[R];
+        for (int r = 0; r < R; ++r) acc4[r] = 0.f;
+#pragma clang loop unroll(full)
+        for (int j = 0; j < 8; ++j) {
+            const f32x4 wj = __builtin_convertvector((q >> (4 * j)) & 0xfu, f32x4) * sv + bias;
+#pragma clang loop unroll(full)
+            for (int r = 0; r < R; ++r) {
+                f32x4 xv;
+                __builtin_memcpy(&xv, xb + r * kK + j * 4, 16);
+                acc4[r] += wj * xv;
+            }
+        }
+        for (int r = 0; r < R; ++r) tail[r] = (acc4[r].x + acc4[r].y) + (acc4[r].z + acc4[r].w);
+    }
+    for (int r = 0; r < R; ++r) {
+        f32x8 v = acc[r][0];
+        for (int c = 1; c < kChains; ++c) v += acc[r][c];
+        const float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])) + tail[r];
+        a.y[static_cast<i64>(r0 + r) * kN + n] = f32_to_bf16(sum);
+    }
+}
+
 template <int kN, int kK, int kMaxM>
 inline void dequant_gemv_int4_g32(const kiln_host_ctx* ctx, const DequantGemvArgs& a) {
     static_assert(kK % 32 == 0, "K must be a multiple of the group size 32");
     static_assert(kMaxM >= 1 && kMaxM <= 16, "M-bucket 1..16");
-    constexpr i64 kBlocks = kK / 64;           // full 64-code blocks per row
-    constexpr bool kTail = (kK % 64) != 0;     // one trailing 32-code group
-    constexpr i64 kWords = kK / 8;
-    constexpr i64 kGroups = kK / 32;
+    constexpr i64 kBlocks = kK / 64;
+    constexpr bool kTail = (kK % 64) != 0;
+    constexpr int kTile = kMaxM < 4 ? kMaxM : 4;  // rows of x per pass over a weight row
 
     const int m = a.m < 1 ? 1 : (a.m > kMaxM ? kMaxM : a.m);
     float* xs = static_cast<float*>(ctx->scratch);
@@ -66,70 +128,26 @@ inline void dequant_gemv_int4_g32(const kiln_host_ctx* ctx, const DequantGemvArg
     if (xwork * 64 < 32768) permute(0, xwork);
     else parallel_for(ctx, xwork, 64, permute);
 
-    // 2. One pass over the weight rows.
+    // 2. One pass over the weight rows; each row is used for all m rows of x, kTile at a time,
+    //    while it is in L1.
     auto rows = [&](i64 n0, i64 n1) {
         for (i64 n = n0; n < n1; ++n) {
-            const u32* w = a.weight_packed + n * kWords;
-            const u16* s = a.weight_scale + n * kGroups;
-            f32x8 acc[kMaxM];
-            for (int r = 0; r < kMaxM; ++r) acc[r] = 0.f;
-            for (i64 blk = 0; blk < kBlocks; ++blk) {
-                u32x8 q;
-                __builtin_memcpy(&q, w + blk * 8, 32);
-                const float s0 = bf16_to_f32(s[2 * blk]), s1 = bf16_to_f32(s[2 * blk + 1]);
-                const f32x8 sv = {s0, s0, s0, s0, s1, s1, s1, s1};
-                const f32x8 bias = sv * -8.0f;
-                const float* xb = xs + blk * 64;
-#pragma clang loop unroll(full)
-                for (int j = 0; j < 8; ++j) {
-                    const u32x8 c = (q >> (4 * j)) & 0xfu;
-                    const f32x8 wj = __builtin_convertvector(c, f32x8) * sv + bias;
-#pragma clang loop unroll(full)
-                    for (int r = 0; r < kMaxM; ++r) {
-                        if (r < m) {
-                            f32x8 xv;
-                            __builtin_memcpy(&xv, xb + r * kK + j * 8, 32);
-                            acc[r] += wj * xv;
-                        }
+            for (int r0 = 0; r0 < m; r0 += kTile) {
+                const int left = m - r0;
+                if (left >= kTile) dequant_gemv_row_tile<kN, kK, kTile>(a, xs, r0, n);
+                else if constexpr (kTile > 1) {
+                    if (left == 1) dequant_gemv_row_tile<kN, kK, 1>(a, xs, r0, n);
+                    else if constexpr (kTile > 2) {
+                        if (left == 2) dequant_gemv_row_tile<kN, kK, 2>(a, xs, r0, n);
+                        else if constexpr (kTile > 3) dequant_gemv_row_tile<kN, kK, 3>(a, xs, r0, n);
                     }
-                }
-            }
-            float tail[kMaxM];
-            for (int r = 0; r < kMaxM; ++r) tail[r] = 0.f;
-            if (kTail) {
-                u32x4 q;
-                __builtin_memcpy(&q, w + kBlocks * 8, 16);
-                const f32x4 sv = bf16_to_f32(s[kGroups - 1]);
-                const f32x4 bias = sv * -8.0f;
-                const float* xb = xs + kBlocks * 64;
-                f32x4 acc4[kMaxM];
-                for (int r = 0; r < kMaxM; ++r) acc4[r] = 0.f;
-#pragma clang loop unroll(full)
-                for (int j = 0; j < 8; ++j) {
-                    const u32x4 c = (q >> (4 * j)) & 0xfu;
-                    const f32x4 wj = __builtin_convertvector(c, f32x4) * sv + bias;
-                    for (int r = 0; r < kMaxM; ++r) {
-                        if (r < m) {
-                            f32x4 xv;
-                            __builtin_memcpy(&xv, xb + r * kK + j * 4, 16);
-                            acc4[r] += wj * xv;
-                        }
-                    }
-                }
-                for (int r = 0; r < kMaxM; ++r) tail[r] = (acc4[r].x + acc4[r].y) + (acc4[r].z + acc4[r].w);
-            }
-            for (int r = 0; r < kMaxM; ++r) {
-                if (r < m) {
-                    const f32x8 v = acc[r];
-                    const float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])) + tail[r];
-                    a.y[r * kN + n] = f32_to_bf16(sum);
                 }
             }
         }
     };
     // Enough rows per chunk to amortise the hand-off, at least a few chunks per thread.
-    constexpr i64 kGrain = kN * kK >= (1 << 22) ? 16 : 64;
-    if (static_cast<i64>(kN) * kK < (1 << 16)) rows(0, kN);
+    constexpr i64 kGrain = static_cast<i64>(kN) * kK >= (1 << 22) ? 16 : 64;
+    if (static_cast<i64>(kN) * kK * m < (1 << 16)) rows(0, kN);
     else parallel_for(ctx, kN, kGrain, rows);
 }
 

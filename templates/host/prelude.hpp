@@ -1,10 +1,20 @@
-// Shared prelude for host kernels, compiled by kiln's in-process clang (C++17). No libstdc++: only
-// clang's builtin headers are visible. The kiln_host_ctx layout must match
-// runtime/host_kernel_abi.h (same KILN_HOST_ABI_VERSION).
+// Shared prelude for host kernels, compiled by kiln's in-process clang (C++17). No libstdc++ and no
+// system headers; the prelude itself needs no header at all (fixed-width types come from the
+// compiler's predefined macros), so host kernels compile wherever libclang-cpp runs, even without
+// clang's builtin header directory. The kiln_host_ctx layout must match runtime/host_kernel_abi.h
+// (same KILN_HOST_ABI_VERSION).
 #pragma once
 
-#include <stddef.h>
-#include <stdint.h>
+typedef __INT8_TYPE__ int8_t;
+typedef __UINT8_TYPE__ uint8_t;
+typedef __INT16_TYPE__ int16_t;
+typedef __UINT16_TYPE__ uint16_t;
+typedef __INT32_TYPE__ int32_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT64_TYPE__ uint64_t;
+typedef __SIZE_TYPE__ size_t;
+typedef __PTRDIFF_TYPE__ ptrdiff_t;
 
 #define KILN_HOST_ABI_VERSION 1
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -147,6 +148,18 @@ TEST_CASE("clang errors name the template and the problem") {
     auto missing = saxpy_source(8, 1.0f);
     missing.entries = {"not_there"};
     CHECK_THROWS_WITH_AS(hc.load(missing), doctest::Contains("not_there"), HostCompileError);
+}
+
+TEST_CASE("clang's builtin headers come from the LLVM install") {
+    HostCompiler hc({});
+    auto s = saxpy_source(12, 1.5f);
+    // The prelude's own typedefs and the builtin headers agree.
+    s.source = "#include <stdint.h>\n#include <stddef.h>\n" + s.source +
+               "\nextern \"C\" uintptr_t kiln_test_size() { return sizeof(max_align_t) + sizeof(int64_t); }\n";
+    s.entries.push_back("kiln_test_size");
+    auto mod = hc.load(s);
+    auto fn = reinterpret_cast<uintptr_t (*)()>(mod->entry("kiln_test_size"));
+    CHECK(fn() == sizeof(std::max_align_t) + 8);
 }
 
 TEST_CASE("a compiler for another CPU builds objects but never loads them") {
