@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -87,17 +88,35 @@ void UserLayer::open() {
         disable(fmt::format("cannot create the cache directory {} ({})", opts_.dir, ec.message()));
         return;
     }
+    // Creating the file, switching it to WAL and recovering it are serialised between processes:
+    // SQLite answers some of those transitions with SQLITE_BUSY without waiting.
+    FileLock guard;
     try {
-        open_db();
-    } catch (const Damaged& d) {
-        recover(d.why);
-    } catch (const SqliteError& e) {
-        if (e.is_damage()) {
-            recover(e.what());
-        } else {
+        guard = FileLock::acquire((fs::path(opts_.dir) / "locks" / "open.lock").string(), std::chrono::seconds(60));
+    } catch (const IoError& e) {
+        log::debug("{}: opening without the open lock: {}", path_, e.what());
+    }
+    for (int attempt = 1;; ++attempt) {
+        try {
+            open_db();
+            return;
+        } catch (const Damaged& d) {
+            recover(d.why);
+            return;
+        } catch (const SqliteError& e) {
+            if (e.is_damage()) {
+                recover(e.what());
+                return;
+            }
+            if (e.primary() == SQLITE_BUSY && attempt < 5) {
+                close_db();
+                std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
+                continue;
+            }
             close_db();
             open_read_only();
             disable(fmt::format("cannot open {} for writing ({})", path_, e.what()));
+            return;
         }
     }
 }
@@ -106,7 +125,9 @@ void UserLayer::open_db() {
     close_db();
     db_ = Db(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, path_);
     sqlite3_busy_timeout(db_.raw(), 10000);
-    db_.exec(fmt::format("PRAGMA page_size = {}; PRAGMA auto_vacuum = INCREMENTAL;", k_page_size));
+    // Only for a new file: on an existing one, PRAGMA auto_vacuum would write page 1 on every open.
+    if (db_.scalar_i64("PRAGMA page_count") == 0)
+        db_.exec(fmt::format("PRAGMA page_size = {}; PRAGMA auto_vacuum = INCREMENTAL;", k_page_size));
     {
         WriteTxn txn(db_);
         SchemaInfo schema = inspect_schema(db_);
@@ -175,24 +196,7 @@ void UserLayer::open_read_only() {
 }
 
 void UserLayer::recover(const std::string& why) {
-    close_db();
-    FileLock guard;
-    try {
-        guard = FileLock::acquire((fs::path(opts_.dir) / "locks" / "recover.lock").string(), std::chrono::seconds(30));
-    } catch (const IoError&) {
-    }
-    // Another process may have rebuilt the file while we waited.
-    try {
-        open_db();
-        return;
-    } catch (const Damaged&) {
-    } catch (const SqliteError& e) {
-        if (!e.is_damage()) {
-            close_db();
-            disable(fmt::format("cannot open {} ({})", path_, e.what()));
-            return;
-        }
-    }
+    // Runs under open()'s lock, so no other process is rebuilding the file at the same time.
     close_db();
     std::string aside = path_ + ".corrupt-" + timestamp_utc();
     for (int i = 1; fs::exists(aside); ++i) aside = fmt::format("{}.corrupt-{}-{}", path_, timestamp_utc(), i);
@@ -312,7 +316,10 @@ bool UserLayer::put(const ArtifactInfo& info, std::span<const uint8_t> blob) {
         on_write_error(e, fmt::format("storing key {}", info.key.hex()).c_str());
         return false;
     }
-    if (inserted && total_locked() > opts_.max_bytes) prune_locked(opts_.max_bytes);
+    if (inserted && total_locked() > opts_.max_bytes) {
+        flush_locked();  // recent hits decide what is least recently used
+        prune_locked(opts_.max_bytes);
+    }
     return inserted;
 }
 
@@ -565,7 +572,10 @@ uint64_t UserLayer::import_from(PrebuiltLayer& layer) {
         warnings_.warn(fmt::format("{}: skipped {} host object artifacts: the layer is {}, and host code is only taken "
                                    "from trusted signed layers",
                                    layer.path(), skipped, to_string(layer.trust())));
-    if (total_locked() > opts_.max_bytes) prune_locked(opts_.max_bytes);
+    if (total_locked() > opts_.max_bytes) {
+        flush_locked();
+        prune_locked(opts_.max_bytes);
+    }
     return inserted;
 }
 
