@@ -69,6 +69,10 @@ void UserLayer::disable(const std::string& why) {
 }
 
 void UserLayer::on_write_error(const SqliteError& e, const char* doing) {
+    if (e.is_damage()) {
+        on_damage(e);
+        return;
+    }
     if (e.primary() == SQLITE_BUSY || e.primary() == SQLITE_LOCKED) {
         warnings_.warn(fmt::format("{}: {} skipped, the cache DB stayed busy: {}", path_, doing, e.what()));
         return;
@@ -89,24 +93,55 @@ void UserLayer::open() {
         return;
     }
     // Creating the file, switching it to WAL and recovering it are serialised between processes:
-    // SQLite answers some of those transitions with SQLITE_BUSY without waiting.
-    FileLock guard;
+    // SQLite answers some of those transitions with SQLITE_BUSY without waiting. The quick_check,
+    // which reads the whole file, runs outside the lock; only a failed one takes it again.
+    if (!open_locked(false)) return;
+    if (!needs_check()) return;
+    std::string problem;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        try {
+            problem = quick_check();
+        } catch (const SqliteError& e) {
+            problem = e.what();
+        }
+    }
+    if (problem.empty()) {
+        clear_check_marker();
+        return;
+    }
+    log::info("{}: quick_check failed ({}); re-checking under the open lock", path_, problem);
+    open_locked(true);
+}
+
+FileLock UserLayer::open_lock() {
     try {
-        guard = FileLock::acquire((fs::path(opts_.dir) / "locks" / "open.lock").string(), std::chrono::seconds(60));
+        return FileLock::acquire((fs::path(opts_.dir) / "locks" / "open.lock").string(), std::chrono::seconds(60));
     } catch (const IoError& e) {
         log::debug("{}: opening without the open lock: {}", path_, e.what());
+        return FileLock();
     }
+}
+
+bool UserLayer::open_locked(bool check) {
+    FileLock guard = open_lock();
     for (int attempt = 1;; ++attempt) {
         try {
             open_db();
-            return;
+            if (!db_) return false;  // left alone (a newer kiln's file)
+            if (check) {
+                std::string problem = quick_check();
+                if (!problem.empty()) throw Damaged{"quick_check: " + problem};
+                clear_check_marker();
+            }
+            return true;
         } catch (const Damaged& d) {
             recover(d.why);
-            return;
+            return false;
         } catch (const SqliteError& e) {
             if (e.is_damage()) {
                 recover(e.what());
-                return;
+                return false;
             }
             if (e.primary() == SQLITE_BUSY && attempt < 5) {
                 close_db();
@@ -116,9 +151,38 @@ void UserLayer::open() {
             close_db();
             open_read_only();
             disable(fmt::format("cannot open {} for writing ({})", path_, e.what()));
-            return;
+            return false;
         }
     }
+}
+
+std::string UserLayer::check_marker() const { return path_ + ".needs-check"; }
+
+bool UserLayer::needs_check() const {
+    std::error_code ec;
+    return size_or_zero(path_) <= k_quick_check_limit || fs::exists(check_marker(), ec);
+}
+
+void UserLayer::clear_check_marker() {
+    std::error_code ec;
+    fs::remove(check_marker(), ec);
+}
+
+void UserLayer::on_damage(const SqliteError& e) {
+    // Checked (and if need be rebuilt) by the next process that opens the cache, whatever its size.
+    try {
+        write_file_atomic(check_marker(), e.what());
+    } catch (const Error& err) {
+        log::debug("{}: {}", path_, err.what());
+    }
+    disable(fmt::format("{} is damaged ({}); it will be checked and rebuilt when kiln next starts", path_, e.what()));
+}
+
+std::string UserLayer::quick_check() {
+    Stmt qc = db_.prepare("PRAGMA quick_check");
+    std::string first;
+    if (qc.step()) first = qc.text(0);
+    return first == "ok" ? std::string() : first;
 }
 
 void UserLayer::open_db() {
@@ -155,12 +219,6 @@ void UserLayer::open_db() {
     db_.exec("PRAGMA synchronous = NORMAL");
     if (opts_.hard_limit_bytes > 0)
         db_.exec(fmt::format("PRAGMA max_page_count = {}", std::max<uint64_t>(1, opts_.hard_limit_bytes / k_page_size)));
-    if (size_or_zero(path_) <= k_quick_check_limit) {
-        Stmt qc = db_.prepare("PRAGMA quick_check");
-        std::string first;
-        if (qc.step()) first = qc.text(0);
-        if (first != "ok") throw Damaged{"quick_check: " + first};
-    }
     get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
     insert_ = db_.prepare(
         "INSERT OR IGNORE INTO artifacts(key, kind, family, mode, m, n, k, experts, weight_format, act_dtype, target, "
@@ -208,6 +266,7 @@ void UserLayer::recover(const std::string& why) {
     }
     if (fs::exists(path_ + "-wal")) fs::rename(path_ + "-wal", aside + "-wal", ec);
     fs::remove(path_ + "-shm", ec);
+    clear_check_marker();
     warnings_.warn(fmt::format("kernel cache {} was damaged ({}); moved it to {} and started an empty cache", path_,
                                why, aside));
     try {
@@ -240,6 +299,11 @@ std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind)
             auto blob = get_.blob(k_info_column_count);
             a.blob.assign(blob.begin(), blob.end());
             get_.reset();
+        } catch (const SqliteError& e) {
+            get_.reset();
+            if (e.is_damage()) on_damage(e);
+            else warnings_.warn_once("user-read-" + key.hex(), fmt::format("{}: key {}: cannot be read ({})", path_, key.hex(), e.what()));
+            return std::nullopt;
         } catch (const Error& e) {
             get_.reset();
             warnings_.warn_once("user-read-" + key.hex(), fmt::format("{}: key {}: cannot be read ({})", path_, key.hex(), e.what()));

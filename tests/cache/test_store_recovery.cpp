@@ -161,3 +161,40 @@ TEST_CASE("an unusable cache directory disables caching without throwing") {
     CHECK(s->stats().entries == 0);
     CHECK(s->warnings().size() == 1);
 }
+
+TEST_CASE("damage found at run time disables caching and marks the DB for a check at the next start") {
+    TempDir dir;
+    std::vector<Artifact> arts;
+    {
+        Store s(options_in(dir));
+        for (uint64_t i = 0; i < 8; ++i) {
+            arts.push_back(make_artifact(i, 40000));
+            REQUIRE(s.put(arts.back()));
+        }
+    }
+    {
+        Store s(options_in(dir));
+        REQUIRE(s.caching_enabled());
+        // Another writer commits and checkpoints (so this process drops its page cache), then the
+        // file is damaged under the running process (every page but the header page).
+        sqlite3* db = nullptr;
+        REQUIRE(sqlite3_open(db_path(dir).c_str(), &db) == SQLITE_OK);
+        REQUIRE(sqlite3_exec(db, "INSERT INTO meta VALUES('note', 'x'); PRAGMA wal_checkpoint(TRUNCATE);", nullptr,
+                             nullptr, nullptr) == SQLITE_OK);
+        sqlite3_close(db);
+        std::string bytes = slurp(db_path(dir));
+        auto junk = random_bytes(11, bytes.size() - 16384);
+        std::copy(junk.begin(), junk.end(), bytes.begin() + 16384);
+        spit(db_path(dir), bytes);
+        CHECK_FALSE(s.get(arts[3].info.key, ArtifactKind::cubin).has_value());
+        CHECK_FALSE(s.caching_enabled());
+        CHECK(contains(s.warnings(), "is damaged"));
+        CHECK(fs::exists(db_path(dir) + ".needs-check"));
+        CHECK_FALSE(s.put(make_artifact(100)));
+    }
+    Store s(options_in(dir));
+    CHECK(contains(s.warnings(), "was damaged"));
+    CHECK(s.caching_enabled());
+    CHECK_FALSE(fs::exists(db_path(dir) + ".needs-check"));
+    CHECK(s.put(arts[3]));
+}
