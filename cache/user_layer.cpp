@@ -189,6 +189,7 @@ void UserLayer::open_db() {
     close_db();
     db_ = Db(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, path_);
     sqlite3_busy_timeout(db_.raw(), 10000);
+    db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
     // Only for a new file: on an existing one, PRAGMA auto_vacuum would write page 1 on every open.
     if (db_.scalar_i64("PRAGMA page_count") == 0)
         db_.exec(fmt::format("PRAGMA page_size = {}; PRAGMA auto_vacuum = INCREMENTAL;", k_page_size));
@@ -219,11 +220,11 @@ void UserLayer::open_db() {
     db_.exec("PRAGMA synchronous = NORMAL");
     if (opts_.hard_limit_bytes > 0)
         db_.exec(fmt::format("PRAGMA max_page_count = {}", std::max<uint64_t>(1, opts_.hard_limit_bytes / k_page_size)));
-    get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
+    get_ = db_.prepare(fmt::format("SELECT rowid, xxh3, {} FROM artifacts WHERE key = ?1", k_info_columns));
     insert_ = db_.prepare(
         "INSERT OR IGNORE INTO artifacts(key, kind, family, mode, m, n, k, experts, weight_format, act_dtype, target, "
-        "config, kernel_name, compiler, compile_ms, size, sha256, created_at, last_used, hits, use_seq, blob) "
-        "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?18,0,"
+        "config, kernel_name, compiler, compile_ms, size, sha256, xxh3, created_at, last_used, hits, use_seq, blob) "
+        "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?20,?18,?18,0,"
         "(SELECT coalesce(max(use_seq), 0) + 1 FROM artifacts),?19)");
     touch_ = db_.prepare(
         "UPDATE artifacts SET hits = hits + ?2, last_used = max(last_used, ?3), "
@@ -239,6 +240,7 @@ void UserLayer::open_read_only() {
         std::string abs = fs::absolute(path_, ec).lexically_normal().string();
         db_ = Db(sqlite_uri(abs, "mode=ro"), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, path_);
         sqlite3_busy_timeout(db_.raw(), 10000);
+        db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
         SchemaInfo schema = inspect_schema(db_);
         if (schema.state != SchemaState::current) {
             close_db();
@@ -246,7 +248,7 @@ void UserLayer::open_read_only() {
                                 fmt::format("{}: not a cache DB this kiln can read; ignoring it", path_));
             return;
         }
-        get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
+        get_ = db_.prepare(fmt::format("SELECT rowid, xxh3, {} FROM artifacts WHERE key = ?1", k_info_columns));
     } catch (const SqliteError& e) {
         close_db();
         warnings_.warn_once("user-layer-unreadable", fmt::format("{}: cannot be read ({}); ignoring it", path_, e.what()));
@@ -282,6 +284,7 @@ void UserLayer::recover(const std::string& why) {
 
 std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind) {
     Artifact a;
+    std::string stored_xxh3;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (!db_) return std::nullopt;
@@ -291,13 +294,13 @@ std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind)
                 get_.reset();
                 return std::nullopt;
             }
-            a.info = read_info(get_, path_);
+            a.info = read_info(get_, path_, 2);
             if (a.info.kind != kind) {
                 get_.reset();
                 return std::nullopt;
             }
-            auto blob = get_.blob(k_info_column_count);
-            a.blob.assign(blob.begin(), blob.end());
+            stored_xxh3 = get_.text(1);
+            db_.read_blob("artifacts", "blob", get_.i64(0), a.blob);
             get_.reset();
         } catch (const SqliteError& e) {
             get_.reset();
@@ -310,8 +313,8 @@ std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind)
             return std::nullopt;
         }
     }
-    if (a.blob.size() != a.info.bytes || sha256_hex(a.blob) != a.info.sha256) {
-        warnings_.warn(fmt::format("{}: key {}: stored blob does not match its SHA-256; dropped it, it will be rebuilt",
+    if (a.blob.size() != a.info.bytes || xxh3_128_hex(a.blob) != stored_xxh3) {
+        warnings_.warn(fmt::format("{}: key {}: stored blob does not match its checksum; dropped it, it will be rebuilt",
                                    path_, key.hex()));
         std::lock_guard<std::mutex> lock(mu_);
         if (writable_) {
@@ -358,7 +361,8 @@ bool UserLayer::insert_locked(const ArtifactInfo& i, std::span<const uint8_t> bl
         .bind(16, static_cast<int64_t>(blob.size()))
         .bind(17, i.sha256)
         .bind(18, unix_now())
-        .bind_blob(19, blob);
+        .bind_blob(19, blob)
+        .bind(20, xxh3_128_hex(blob));
     try {
         insert_.run();
     } catch (...) {
@@ -526,13 +530,14 @@ void UserLayer::verify(uint64_t& checked, std::vector<std::string>& problems) {
         Stmt ic = db_.prepare("PRAGMA integrity_check");
         while (ic.step())
             if (ic.text(0) != "ok") problems.push_back(fmt::format("{}: integrity_check: {}", path_, ic.text(0)));
-        Stmt s = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts", k_info_columns));
+        Stmt s = db_.prepare(fmt::format("SELECT {}, xxh3, blob FROM artifacts", k_info_columns));
         while (s.step()) {
             ++checked;
             ArtifactInfo a = read_info(s, path_);
-            auto blob = s.blob(k_info_column_count);
-            if (blob.size() != a.bytes || sha256_hex(blob) != a.sha256)
-                problems.push_back(fmt::format("{}: key {}: blob does not match its SHA-256", path_, a.key.hex()));
+            auto blob = s.blob(k_info_column_count + 1);
+            if (blob.size() != a.bytes || sha256_hex(blob) != a.sha256 ||
+                xxh3_128_hex(blob) != s.text(k_info_column_count))
+                problems.push_back(fmt::format("{}: key {}: blob does not match its SHA-256 / XXH3", path_, a.key.hex()));
         }
     } catch (const Error& e) {
         problems.push_back(e.what());
