@@ -2,6 +2,9 @@
 
 #include <openssl/evp.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <fmt/format.h>
 
 #include "cache/cache_error.hpp"
@@ -18,6 +21,11 @@ std::string sha256_hex(std::span<const uint8_t> bytes) {
 
 std::string sha256_hex(std::string_view bytes) {
     return sha256_hex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+}
+
+std::string xxh3_128_hex(std::span<const uint8_t> bytes) {
+    XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+    return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
 
 std::string to_hex(std::span<const uint8_t> bytes) {

@@ -30,6 +30,7 @@ PrebuiltLayer::PrebuiltLayer(const std::string& path, const std::vector<PublicKe
     std::string abs = fs::absolute(path, ec).lexically_normal().string();
     try {
         db_ = Db(sqlite_uri(abs, "mode=ro&immutable=1"), SQLITE_OPEN_READONLY, path);
+        db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
         SchemaInfo schema = inspect_schema(db_);
         if (schema.state == SchemaState::foreign || schema.state == SchemaState::empty)
             throw CacheError(fmt::format("prebuilt cache {}: not a kiln cache file", path));
@@ -56,7 +57,7 @@ PrebuiltLayer::PrebuiltLayer(const std::string& path, const std::vector<PublicKe
                 if (k == sig->key) trust_ = Trust::trusted;
         }
         for (auto& e : entries) manifest_.emplace(e.key, std::move(e));
-        get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
+        get_ = db_.prepare(fmt::format("SELECT rowid, {} FROM artifacts WHERE key = ?1", k_info_columns));
     } catch (const SqliteError& e) {
         throw CacheError(fmt::format("prebuilt cache {}: cannot be read: {}", path, e.what()));
     }
@@ -86,9 +87,8 @@ std::optional<Artifact> PrebuiltLayer::read(const ContentKey& key, ArtifactKind 
                 throw CacheError(fmt::format("prebuilt cache {}: key {} is in the manifest but its artifact is missing",
                                              path_, key.hex()));
             }
-            a.info = read_info(get_, path_);
-            auto blob = get_.blob(k_info_column_count);
-            a.blob.assign(blob.begin(), blob.end());
+            a.info = read_info(get_, path_, 1);
+            db_.read_blob("artifacts", "blob", get_.i64(0), a.blob);
             get_.reset();
         } catch (const SqliteError& e) {
             get_.reset();

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS artifacts(
   compile_ms    REAL NOT NULL,
   size          INTEGER NOT NULL,
   sha256        TEXT NOT NULL,
+  xxh3          TEXT NOT NULL,
   created_at    INTEGER NOT NULL,
   last_used     INTEGER NOT NULL,
   hits          INTEGER NOT NULL,

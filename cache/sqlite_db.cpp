@@ -187,6 +187,23 @@ std::string Db::scalar_text(std::string_view sql) const {
     return s.step() ? s.text(0) : std::string();
 }
 
+void Db::read_blob(const char* table, const char* column, int64_t rowid, std::vector<uint8_t>& out) const {
+    sqlite3_blob* b = nullptr;
+    int rc = sqlite3_blob_open(db_, "main", table, column, rowid, 0, &b);
+    if (rc == SQLITE_OK) {
+        out.resize(static_cast<size_t>(sqlite3_blob_bytes(b)));
+        if (!out.empty()) rc = sqlite3_blob_read(b, out.data(), static_cast<int>(out.size()), 0);
+    }
+    if (rc != SQLITE_OK) {
+        int ext = sqlite3_extended_errcode(db_);
+        if ((ext & 0xff) != (rc & 0xff)) ext = rc;
+        std::string what = describe(db_, rc, file_);
+        sqlite3_blob_close(b);
+        throw SqliteError(ext, what);
+    }
+    sqlite3_blob_close(b);
+}
+
 int64_t Db::changes() const { return sqlite3_changes64(db_); }
 
 bool Db::in_transaction() const { return db_ != nullptr && sqlite3_get_autocommit(db_) == 0; }

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cache/cache_error.hpp"
 
@@ -81,6 +82,9 @@ public:
     int64_t scalar_i64(std::string_view sql) const;
     std::string scalar_text(std::string_view sql) const;
     int64_t changes() const;
+    // Reads a whole BLOB cell straight into `out` (sqlite3_blob_read: no intermediate copy). Call
+    // while a statement that selected the row is still active, so both see one snapshot.
+    void read_blob(const char* table, const char* column, int64_t rowid, std::vector<uint8_t>& out) const;
     bool in_transaction() const;
     void rollback_quietly() noexcept;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -68,6 +69,10 @@ void UserLayer::disable(const std::string& why) {
 }
 
 void UserLayer::on_write_error(const SqliteError& e, const char* doing) {
+    if (e.is_damage()) {
+        on_damage(e);
+        return;
+    }
     if (e.primary() == SQLITE_BUSY || e.primary() == SQLITE_LOCKED) {
         warnings_.warn(fmt::format("{}: {} skipped, the cache DB stayed busy: {}", path_, doing, e.what()));
         return;
@@ -87,26 +92,107 @@ void UserLayer::open() {
         disable(fmt::format("cannot create the cache directory {} ({})", opts_.dir, ec.message()));
         return;
     }
+    // Creating the file, switching it to WAL and recovering it are serialised between processes:
+    // SQLite answers some of those transitions with SQLITE_BUSY without waiting. The quick_check,
+    // which reads the whole file, runs outside the lock; only a failed one takes it again.
+    if (!open_locked(false)) return;
+    if (!needs_check()) return;
+    std::string problem;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        try {
+            problem = quick_check();
+        } catch (const SqliteError& e) {
+            problem = e.what();
+        }
+    }
+    if (problem.empty()) {
+        clear_check_marker();
+        return;
+    }
+    log::info("{}: quick_check failed ({}); re-checking under the open lock", path_, problem);
+    open_locked(true);
+}
+
+FileLock UserLayer::open_lock() {
     try {
-        open_db();
-    } catch (const Damaged& d) {
-        recover(d.why);
-    } catch (const SqliteError& e) {
-        if (e.is_damage()) {
-            recover(e.what());
-        } else {
+        return FileLock::acquire((fs::path(opts_.dir) / "locks" / "open.lock").string(), std::chrono::seconds(60));
+    } catch (const IoError& e) {
+        log::debug("{}: opening without the open lock: {}", path_, e.what());
+        return FileLock();
+    }
+}
+
+bool UserLayer::open_locked(bool check) {
+    FileLock guard = open_lock();
+    for (int attempt = 1;; ++attempt) {
+        try {
+            open_db();
+            if (!db_) return false;  // left alone (a newer kiln's file)
+            if (check) {
+                std::string problem = quick_check();
+                if (!problem.empty()) throw Damaged{"quick_check: " + problem};
+                clear_check_marker();
+            }
+            return true;
+        } catch (const Damaged& d) {
+            recover(d.why);
+            return false;
+        } catch (const SqliteError& e) {
+            if (e.is_damage()) {
+                recover(e.what());
+                return false;
+            }
+            if (e.primary() == SQLITE_BUSY && attempt < 5) {
+                close_db();
+                std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
+                continue;
+            }
             close_db();
             open_read_only();
             disable(fmt::format("cannot open {} for writing ({})", path_, e.what()));
+            return false;
         }
     }
+}
+
+std::string UserLayer::check_marker() const { return path_ + ".needs-check"; }
+
+bool UserLayer::needs_check() const {
+    std::error_code ec;
+    return size_or_zero(path_) <= k_quick_check_limit || fs::exists(check_marker(), ec);
+}
+
+void UserLayer::clear_check_marker() {
+    std::error_code ec;
+    fs::remove(check_marker(), ec);
+}
+
+void UserLayer::on_damage(const SqliteError& e) {
+    // Checked (and if need be rebuilt) by the next process that opens the cache, whatever its size.
+    try {
+        write_file_atomic(check_marker(), e.what());
+    } catch (const Error& err) {
+        log::debug("{}: {}", path_, err.what());
+    }
+    disable(fmt::format("{} is damaged ({}); it will be checked and rebuilt when kiln next starts", path_, e.what()));
+}
+
+std::string UserLayer::quick_check() {
+    Stmt qc = db_.prepare("PRAGMA quick_check");
+    std::string first;
+    if (qc.step()) first = qc.text(0);
+    return first == "ok" ? std::string() : first;
 }
 
 void UserLayer::open_db() {
     close_db();
     db_ = Db(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, path_);
     sqlite3_busy_timeout(db_.raw(), 10000);
-    db_.exec(fmt::format("PRAGMA page_size = {}; PRAGMA auto_vacuum = INCREMENTAL;", k_page_size));
+    db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
+    // Only for a new file: on an existing one, PRAGMA auto_vacuum would write page 1 on every open.
+    if (db_.scalar_i64("PRAGMA page_count") == 0)
+        db_.exec(fmt::format("PRAGMA page_size = {}; PRAGMA auto_vacuum = INCREMENTAL;", k_page_size));
     {
         WriteTxn txn(db_);
         SchemaInfo schema = inspect_schema(db_);
@@ -134,17 +220,11 @@ void UserLayer::open_db() {
     db_.exec("PRAGMA synchronous = NORMAL");
     if (opts_.hard_limit_bytes > 0)
         db_.exec(fmt::format("PRAGMA max_page_count = {}", std::max<uint64_t>(1, opts_.hard_limit_bytes / k_page_size)));
-    if (size_or_zero(path_) <= k_quick_check_limit) {
-        Stmt qc = db_.prepare("PRAGMA quick_check");
-        std::string first;
-        if (qc.step()) first = qc.text(0);
-        if (first != "ok") throw Damaged{"quick_check: " + first};
-    }
-    get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
+    get_ = db_.prepare(fmt::format("SELECT rowid, xxh3, {} FROM artifacts WHERE key = ?1", k_info_columns));
     insert_ = db_.prepare(
         "INSERT OR IGNORE INTO artifacts(key, kind, family, mode, m, n, k, experts, weight_format, act_dtype, target, "
-        "config, kernel_name, compiler, compile_ms, size, sha256, created_at, last_used, hits, use_seq, blob) "
-        "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?18,0,"
+        "config, kernel_name, compiler, compile_ms, size, sha256, xxh3, created_at, last_used, hits, use_seq, blob) "
+        "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?20,?18,?18,0,"
         "(SELECT coalesce(max(use_seq), 0) + 1 FROM artifacts),?19)");
     touch_ = db_.prepare(
         "UPDATE artifacts SET hits = hits + ?2, last_used = max(last_used, ?3), "
@@ -160,6 +240,7 @@ void UserLayer::open_read_only() {
         std::string abs = fs::absolute(path_, ec).lexically_normal().string();
         db_ = Db(sqlite_uri(abs, "mode=ro"), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, path_);
         sqlite3_busy_timeout(db_.raw(), 10000);
+        db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
         SchemaInfo schema = inspect_schema(db_);
         if (schema.state != SchemaState::current) {
             close_db();
@@ -167,7 +248,7 @@ void UserLayer::open_read_only() {
                                 fmt::format("{}: not a cache DB this kiln can read; ignoring it", path_));
             return;
         }
-        get_ = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts WHERE key = ?1", k_info_columns));
+        get_ = db_.prepare(fmt::format("SELECT rowid, xxh3, {} FROM artifacts WHERE key = ?1", k_info_columns));
     } catch (const SqliteError& e) {
         close_db();
         warnings_.warn_once("user-layer-unreadable", fmt::format("{}: cannot be read ({}); ignoring it", path_, e.what()));
@@ -175,24 +256,7 @@ void UserLayer::open_read_only() {
 }
 
 void UserLayer::recover(const std::string& why) {
-    close_db();
-    FileLock guard;
-    try {
-        guard = FileLock::acquire((fs::path(opts_.dir) / "locks" / "recover.lock").string(), std::chrono::seconds(30));
-    } catch (const IoError&) {
-    }
-    // Another process may have rebuilt the file while we waited.
-    try {
-        open_db();
-        return;
-    } catch (const Damaged&) {
-    } catch (const SqliteError& e) {
-        if (!e.is_damage()) {
-            close_db();
-            disable(fmt::format("cannot open {} ({})", path_, e.what()));
-            return;
-        }
-    }
+    // Runs under open()'s lock, so no other process is rebuilding the file at the same time.
     close_db();
     std::string aside = path_ + ".corrupt-" + timestamp_utc();
     for (int i = 1; fs::exists(aside); ++i) aside = fmt::format("{}.corrupt-{}-{}", path_, timestamp_utc(), i);
@@ -204,6 +268,7 @@ void UserLayer::recover(const std::string& why) {
     }
     if (fs::exists(path_ + "-wal")) fs::rename(path_ + "-wal", aside + "-wal", ec);
     fs::remove(path_ + "-shm", ec);
+    clear_check_marker();
     warnings_.warn(fmt::format("kernel cache {} was damaged ({}); moved it to {} and started an empty cache", path_,
                                why, aside));
     try {
@@ -219,6 +284,7 @@ void UserLayer::recover(const std::string& why) {
 
 std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind) {
     Artifact a;
+    std::string stored_xxh3;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (!db_) return std::nullopt;
@@ -228,22 +294,27 @@ std::optional<Artifact> UserLayer::get(const ContentKey& key, ArtifactKind kind)
                 get_.reset();
                 return std::nullopt;
             }
-            a.info = read_info(get_, path_);
+            a.info = read_info(get_, path_, 2);
             if (a.info.kind != kind) {
                 get_.reset();
                 return std::nullopt;
             }
-            auto blob = get_.blob(k_info_column_count);
-            a.blob.assign(blob.begin(), blob.end());
+            stored_xxh3 = get_.text(1);
+            db_.read_blob("artifacts", "blob", get_.i64(0), a.blob);
             get_.reset();
+        } catch (const SqliteError& e) {
+            get_.reset();
+            if (e.is_damage()) on_damage(e);
+            else warnings_.warn_once("user-read-" + key.hex(), fmt::format("{}: key {}: cannot be read ({})", path_, key.hex(), e.what()));
+            return std::nullopt;
         } catch (const Error& e) {
             get_.reset();
             warnings_.warn_once("user-read-" + key.hex(), fmt::format("{}: key {}: cannot be read ({})", path_, key.hex(), e.what()));
             return std::nullopt;
         }
     }
-    if (a.blob.size() != a.info.bytes || sha256_hex(a.blob) != a.info.sha256) {
-        warnings_.warn(fmt::format("{}: key {}: stored blob does not match its SHA-256; dropped it, it will be rebuilt",
+    if (a.blob.size() != a.info.bytes || xxh3_128_hex(a.blob) != stored_xxh3) {
+        warnings_.warn(fmt::format("{}: key {}: stored blob does not match its checksum; dropped it, it will be rebuilt",
                                    path_, key.hex()));
         std::lock_guard<std::mutex> lock(mu_);
         if (writable_) {
@@ -290,7 +361,8 @@ bool UserLayer::insert_locked(const ArtifactInfo& i, std::span<const uint8_t> bl
         .bind(16, static_cast<int64_t>(blob.size()))
         .bind(17, i.sha256)
         .bind(18, unix_now())
-        .bind_blob(19, blob);
+        .bind_blob(19, blob)
+        .bind(20, xxh3_128_hex(blob));
     try {
         insert_.run();
     } catch (...) {
@@ -312,7 +384,10 @@ bool UserLayer::put(const ArtifactInfo& info, std::span<const uint8_t> blob) {
         on_write_error(e, fmt::format("storing key {}", info.key.hex()).c_str());
         return false;
     }
-    if (inserted && total_locked() > opts_.max_bytes) prune_locked(opts_.max_bytes);
+    if (inserted && total_locked() > opts_.max_bytes) {
+        flush_locked();  // recent hits decide what is least recently used
+        prune_locked(opts_.max_bytes);
+    }
     return inserted;
 }
 
@@ -455,13 +530,14 @@ void UserLayer::verify(uint64_t& checked, std::vector<std::string>& problems) {
         Stmt ic = db_.prepare("PRAGMA integrity_check");
         while (ic.step())
             if (ic.text(0) != "ok") problems.push_back(fmt::format("{}: integrity_check: {}", path_, ic.text(0)));
-        Stmt s = db_.prepare(fmt::format("SELECT {}, blob FROM artifacts", k_info_columns));
+        Stmt s = db_.prepare(fmt::format("SELECT {}, xxh3, blob FROM artifacts", k_info_columns));
         while (s.step()) {
             ++checked;
             ArtifactInfo a = read_info(s, path_);
-            auto blob = s.blob(k_info_column_count);
-            if (blob.size() != a.bytes || sha256_hex(blob) != a.sha256)
-                problems.push_back(fmt::format("{}: key {}: blob does not match its SHA-256", path_, a.key.hex()));
+            auto blob = s.blob(k_info_column_count + 1);
+            if (blob.size() != a.bytes || sha256_hex(blob) != a.sha256 ||
+                xxh3_128_hex(blob) != s.text(k_info_column_count))
+                problems.push_back(fmt::format("{}: key {}: blob does not match its SHA-256 / XXH3", path_, a.key.hex()));
         }
     } catch (const Error& e) {
         problems.push_back(e.what());
@@ -565,7 +641,10 @@ uint64_t UserLayer::import_from(PrebuiltLayer& layer) {
         warnings_.warn(fmt::format("{}: skipped {} host object artifacts: the layer is {}, and host code is only taken "
                                    "from trusted signed layers",
                                    layer.path(), skipped, to_string(layer.trust())));
-    if (total_locked() > opts_.max_bytes) prune_locked(opts_.max_bytes);
+    if (total_locked() > opts_.max_bytes) {
+        flush_locked();
+        prune_locked(opts_.max_bytes);
+    }
     return inserted;
 }
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/file_lock.hpp"
 #include "cache/prebuilt_layer.hpp"
 #include "cache/signing.hpp"
 #include "cache/sqlite_db.hpp"
@@ -26,8 +27,10 @@
 namespace kiln::cache {
 
 inline constexpr auto k_touch_flush_interval = std::chrono::seconds(30);
-// quick_check reads every page; above this size it is left to `kiln cache verify`.
-inline constexpr uint64_t k_quick_check_limit = 1ull << 30;
+// quick_check reads every page: it runs at open up to this size, and at any size after a process
+// met a damaged page at run time (it leaves kernels.db.needs-check behind). `kiln cache verify`
+// always runs the full integrity_check.
+inline constexpr uint64_t k_quick_check_limit = 256ull << 20;
 
 class UserLayer {
 public:
@@ -75,7 +78,14 @@ private:
     };
 
     void open();
-    void open_db();  // throws SqliteError or Damaged
+    FileLock open_lock();
+    bool open_locked(bool check);  // false when the layer ended up unusable or rebuilt empty
+    void open_db();                // throws SqliteError or Damaged
+    std::string quick_check();     // "" when ok
+    std::string check_marker() const;
+    bool needs_check() const;
+    void clear_check_marker();
+    void on_damage(const SqliteError& e);
     void open_read_only();
     void recover(const std::string& why);
     void close_db();
