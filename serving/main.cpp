@@ -6,9 +6,11 @@
 
 #include "cache/cache_bench.hpp"
 #include "cache/cache_cli.hpp"
+#include "jit/jit_cli.hpp"
 #include "kiln_config.h"
 #include "runtime/error.hpp"
 #include "runtime/exec_target.hpp"
+#include "serving/info_cli.hpp"
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_bench.hpp"
 #endif
@@ -34,6 +36,10 @@ int main(int argc, char** argv) {
 #if KILN_HAVE_HOST_JIT
     kiln::jit::add_host_bench(*bench);
 #endif
+
+    kiln::serving::add_info_command(app);
+    kiln::jit::add_jit_commands(app);
+    kiln::jit::add_jit_bench(*bench);
 
     try {
         app.parse(argc, argv);
