@@ -1,0 +1,122 @@
+// The host target from the command line: `kiln jit compile --arch host`, KILN_TARGET / --target,
+// `kiln cache ls` with host entries, run as the user runs them.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+    int rc = -1;
+    std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct Sandbox {
+    fs::path dir;
+    Sandbox() {
+        std::string t = (fs::temp_directory_path() / "kiln-host-cli-test-XXXXXX").string();
+        REQUIRE(mkdtemp(t.data()) != nullptr);
+        dir = t;
+    }
+    ~Sandbox() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+    // Runs `kiln ARGS` with ENV (shell assignments), no CUDA driver and KILN_CACHE_DIR in the sandbox.
+    Run kiln(const std::string& args, const std::string& env = "") const {
+        const char* bin = std::getenv("KILN_TEST_BIN");
+        REQUIRE(bin != nullptr);
+        fs::path out = dir / "run.out", err = dir / "run.err";
+        std::string cmd = "env -u KILN_TARGET KILN_CUDA_DRIVER=none KILN_CACHE_DIR='" + (dir / "cache").string() +
+                          "' " + env + " '" + bin + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+        Run r;
+        int status = std::system(cmd.c_str());
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.out = slurp(out);
+        r.err = slurp(err);
+        return r;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("kiln jit compile --arch host: compiled once, then a cache hit, listed under the host target name") {
+    Sandbox sb;
+    const std::string args = "jit compile --family dequant_gemv --arch host --m 2 --n 96 --k 160";
+    Run a = sb.kiln(args);
+    REQUIRE(a.rc == 0);
+    CHECK(a.out.rfind("compiled: ", 0) == 0);
+    CHECK(a.out.find("clang + LLVM") != std::string::npos);
+    const std::string key = a.out.substr(10, 32);
+    Run b = sb.kiln(args + " --json");
+    REQUIRE(b.rc == 0);
+    auto j = nlohmann::json::parse(b.out);
+    CHECK(j["key"] == key);
+    CHECK(j["cache_hit"] == true);
+    const std::string target = j["target"].get<std::string>();
+    CHECK(target.rfind("host-", 0) == 0);
+    CHECK(j["compiler"].get<std::string>().rfind("llvm-", 0) == 0);
+    CHECK(j["bytes"].get<uint64_t>() > 0);
+
+    Run ls = sb.kiln("cache ls --json");
+    REQUIRE(ls.rc == 0);
+    auto rows = nlohmann::json::parse(ls.out);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0]["key"] == key);
+    CHECK(rows[0]["kind"] == "host_object");
+    CHECK(rows[0]["target"] == target);
+    CHECK(rows[0]["family"] == "dequant_gemv");
+    CHECK(rows[0]["n"] == 96);
+    Run human = sb.kiln("cache ls");
+    REQUIRE(human.rc == 0);
+    CHECK(human.out.find(target) != std::string::npos);
+}
+
+TEST_CASE("KILN_TARGET and --target choose the host target when --arch is not given") {
+    Sandbox sb;
+    const std::string args = "jit compile --json --family moe_routing --experts 24 --topk 3";
+    Run env = sb.kiln(args, "KILN_TARGET=host");
+    REQUIRE(env.rc == 0);
+    auto a = nlohmann::json::parse(env.out);
+    CHECK(a["target"].get<std::string>().rfind("host-", 0) == 0);
+    Run flag = sb.kiln("--target host " + args);
+    REQUIRE(flag.rc == 0);
+    auto b = nlohmann::json::parse(flag.out);
+    CHECK(b["key"] == a["key"]);
+    CHECK(b["cache_hit"] == true);
+    // auto (the default) without a CUDA device is the host target too.
+    Run dflt = sb.kiln(args);
+    REQUIRE(dflt.rc == 0);
+    CHECK(nlohmann::json::parse(dflt.out)["key"] == a["key"]);
+    // The flag overrides the environment.
+    Run cuda = sb.kiln("--target cuda " + args, "KILN_TARGET=host");
+    CHECK(cuda.rc == 1);
+    CHECK(cuda.err.find("no CUDA device") != std::string::npos);
+}
+
+TEST_CASE("bad targets are one clear line") {
+    Sandbox sb;
+    Run r = sb.kiln("--target gpu info");
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("--target") != std::string::npos);
+    r = sb.kiln("info", "KILN_TARGET=tpu");
+    CHECK(r.rc != 0);
+    r = sb.kiln("jit compile --family dequant_gemv --arch host --m 1 --n 8 --k 40");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("multiple of the group size 32") != std::string::npos);
+}
