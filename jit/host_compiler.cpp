@@ -392,8 +392,9 @@ struct HostCompiler::Impl {
         auto t0 = Clock::now();
         bool from_ir = static_cast<bool>(tsm);
         if (from_ir) {
-            bridge->pending[key.hex()] = ObjectCacheBridge::Pending{
-                columns(src, key, st.frontend_ms + st.optimize_ms), 0, t0, 0, false, false};
+            const double before_codegen = st.frontend_ms + st.optimize_ms;
+            bridge->pending[key.hex()] =
+                ObjectCacheBridge::Pending{columns(src, key, before_codegen), before_codegen, t0, 0, false, false};
             if (auto e = jit->addIRModule(jd, std::move(tsm))) throw fail(take_error(std::move(e)));
         } else {
             st.object_bytes = obj->getBufferSize();
@@ -558,8 +559,9 @@ HostCompileStats HostCompiler::build(const HostKernelSource& src) {
             auto m = d.make_ir(src, k, ctx, st);
             std::lock_guard lk(d.codegen_mu);
             auto t0 = Clock::now();
-            d.bridge->pending[k.hex()] = ObjectCacheBridge::Pending{
-                d.columns(src, k, st.frontend_ms + st.optimize_ms), 0, t0, 0, false, false};
+            const double before_codegen = st.frontend_ms + st.optimize_ms;
+            d.bridge->pending[k.hex()] =
+                ObjectCacheBridge::Pending{d.columns(src, k, before_codegen), before_codegen, t0, 0, false, false};
             llvm::orc::SimpleCompiler compile(*d.tm, d.bridge.get());
             auto obj = compile(*m);
             auto p = d.bridge->pending[k.hex()];

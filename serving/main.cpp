@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
     kiln::cache::add_cache_bench(*bench);
 #if KILN_HAVE_HOST_JIT
     kiln::jit::add_host_bench(*bench);
+#else
+    bench->add_subcommand("host", "Host target (not in this build)")->callback([] {
+        throw kiln::InvalidArgument("kiln bench host: this kiln was built without the host JIT (-Dhost_jit=disabled)");
+    });
 #endif
 
     kiln::serving::add_info_command(app);
