@@ -59,7 +59,7 @@ void check_render(const Tokenizer& tok, const ChatSegments& got, const ChatSegme
 ChatSegments open(const std::string& tag, std::vector<std::pair<std::string, std::string>> attrs = {}) {
     ChatSegments s = {C("<|open|>"), T(tag)};
     for (auto& [k, v] : attrs) {
-        s.push_back(T(" " + k));
+        s.push_back(T(std::string(" ").append(k)));
         s.push_back(T("=\""));
         s.push_back(T(v));
         s.push_back(T("\""));

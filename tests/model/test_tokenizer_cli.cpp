@@ -49,7 +49,10 @@ Result run(const std::string& args, const std::string& env = "") {
 
 std::string join(const std::vector<uint32_t>& ids) {
     std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) s += ' ';
+        s += std::to_string(ids[i]);
+    }
     return s;
 }
 
