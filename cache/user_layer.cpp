@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "cache/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 #include "cache/digest.hpp"
 #include "cache/file_lock.hpp"
 #include "cache/manifest.hpp"

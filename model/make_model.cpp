@@ -11,6 +11,7 @@
 #include "kiln_config.h"
 #include "model/expert_format.hpp"
 #include "model/safetensors.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/log.hpp"
 
 #if KILN_HAVE_TOKENIZER

@@ -10,6 +10,7 @@
 #include "model/preset.hpp"
 #include "model/safetensors.hpp"
 #include "model/tensor_names.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
 

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/atomic_file.hpp"
+
 namespace kiln::model {
 
 namespace {
@@ -33,18 +35,6 @@ constexpr uint64_t kMaxHeader = 100ull << 20;  // 100 MiB, far above any real he
 }
 
 std::string errno_text() { return std::strerror(errno); }
-
-void fsync_dir(const std::filesystem::path& dir) {
-    int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-}
-
-std::filesystem::path temp_path_for(const std::filesystem::path& path) {
-    return path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
-}
 
 }  // namespace
 
@@ -179,7 +169,7 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, std::vector<TensorDecl> tensors,
                                      std::map<std::string, std::string> metadata)
-    : path_(std::move(path)), tmp_(temp_path_for(path_)), tensors_(std::move(tensors)) {
+    : path_(std::move(path)), tmp_(temp_sibling(path_.string())), tensors_(std::move(tensors)) {
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     uint64_t offset = 0;
@@ -247,38 +237,7 @@ void SafetensorsWriter::finish() {
         ::unlink(tmp_.c_str());
         throw IoError(fmt::format("{}: rename failed: {}", path_.string(), why));
     }
-    fsync_dir(path_.parent_path());
-}
-
-void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
-    std::filesystem::path tmp = temp_path_for(path);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw IoError(fmt::format("{}: cannot create: {}", tmp.string(), errno_text()));
-    const char* p = content.data();
-    size_t n = content.size();
-    while (n > 0) {
-        ssize_t w = ::write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            std::string why = errno_text();
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            throw IoError(fmt::format("{}: write failed: {}", tmp.string(), why));
-        }
-        p += w;
-        n -= size_t(w);
-    }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        std::string why = errno_text();
-        ::unlink(tmp.c_str());
-        throw IoError(fmt::format("{}: fsync failed: {}", tmp.string(), why));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::string why = errno_text();
-        ::unlink(tmp.c_str());
-        throw IoError(fmt::format("{}: rename failed: {}", path.string(), why));
-    }
-    fsync_dir(path.parent_path());
+    fsync_path(path_.parent_path().empty() ? "." : path_.parent_path().string());
 }
 
 }  // namespace kiln::model

@@ -96,7 +96,4 @@ private:
     uint64_t file_size_ = 0;
 };
 
-// Writes `content` to `path` atomically (temp file in the same directory, fsync, rename).
-void write_file_atomic(const std::filesystem::path& path, std::string_view content);
-
 }  // namespace kiln::model

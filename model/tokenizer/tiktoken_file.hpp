@@ -22,7 +22,4 @@ std::vector<std::string> read_tiktoken_file(const std::filesystem::path& path);
 // Serialises tokens (indexed by rank) in rank order.
 std::string format_tiktoken(const std::vector<std::string>& tokens);
 
-// Writes `contents` to `path` atomically: temp file in the same directory, fsync, rename.
-void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
-
 }  // namespace kiln::model

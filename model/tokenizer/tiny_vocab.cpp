@@ -6,6 +6,7 @@
 #include "model/tokenizer/bpe_trainer.hpp"
 #include "model/tokenizer/tiktoken_file.hpp"
 #include "model/tokenizer/training_corpus.hpp"
+#include "runtime/atomic_file.hpp"
 
 namespace kiln::model {
 

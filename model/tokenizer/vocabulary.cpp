@@ -9,6 +9,7 @@
 #include "model/tokenizer/special_tokens.hpp"
 #include "model/tokenizer/tiktoken_file.hpp"
 #include "model/tokenizer/tokenizer_error.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/log.hpp"
 
 namespace kiln::model {

@@ -19,6 +19,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "model/tokenizer/training_corpus.hpp"
 #include "model/tokenizer/utf8.hpp"
+#include "runtime/atomic_file.hpp"
 #include "tests/model/tokenizer_test_support.hpp"
 
 using namespace kiln::model;
@@ -202,7 +203,7 @@ TEST_CASE("larger generated vocabulary (16k merges): ids identical to tiktoken")
     v.mergeable = train_bpe(corpus, 16'384);
     v.specials = special_names_from_table(k3_special_names(), static_cast<uint32_t>(v.mergeable.size()));
     v.write_tiktoken(dir.path);
-    write_file_atomic(dir.path / "tokenizer_config.json",
+    kiln::write_file_atomic(dir.path / "tokenizer_config.json",
                       make_tokenizer_config(k3_special_names(), static_cast<uint32_t>(v.mergeable.size())).dump());
     auto cases = fixed_cases();
     auto fuzz = fuzz_cases(200);
