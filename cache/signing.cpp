@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "cache/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 #include "cache/cache_error.hpp"
 #include "cache/digest.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "cache/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 #include "cache/digest.hpp"
 #include "cache/file_lock.hpp"
 #include "cache/manifest.hpp"
@@ -82,6 +82,7 @@ void UserLayer::on_write_error(const SqliteError& e, const char* doing) {
 
 void UserLayer::open() {
     if (opts_.read_only) {
+        disabled_reason_ = "read-only (--cache-read-only / KILN_CACHE_READ_ONLY)";
         open_read_only();
         return;
     }

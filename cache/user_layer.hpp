@@ -48,7 +48,10 @@ public:
     const std::string& db_path() const { return path_; }
     bool readable() const { return static_cast<bool>(db_); }
     bool writable() const { return writable_.load(); }
-    const std::string& disabled_reason() const { return disabled_reason_; }
+    std::string disabled_reason() const {
+        std::lock_guard<std::mutex> lock(mu_);
+        return disabled_reason_;
+    }
     uint64_t max_bytes() const { return opts_.max_bytes; }
 
     // A blob whose digest does not match its row is deleted (with a warning) and reported as a miss.
@@ -99,7 +102,7 @@ private:
     Options opts_;
     WarningSink& warnings_;
     std::string path_;
-    std::mutex mu_;
+    mutable std::mutex mu_;  // guards the connection, its statements, pending_ and disabled_reason_
     Db db_;
     Stmt get_, insert_, touch_, delete_;
     std::atomic<bool> writable_{false};

@@ -307,11 +307,11 @@ void add_host_bench(CLI::App& bench) {
     CLI::App* c = bench.add_subcommand(
         "host", "Host target: cold compile and warm load per kernel, JIT kernels against the reference implementations");
     c->add_option("--min-time", o->min_seconds, "Seconds per measurement (median of the runs)")
-        ->envname("KILN_BENCH_MIN_TIME")
+        ->envname("KILN_BENCH_HOST_MIN_TIME")
         ->check(CLI::Range(0.0, 60.0));
     c->add_option("--dir", o->cache_dir,
                   "Kernel cache directory to compile into (default: a fresh temporary one, removed afterwards)")
-        ->envname("KILN_BENCH_DIR");
+        ->envname("KILN_BENCH_HOST_DIR");
     c->add_flag("--json", o->json, "Machine-readable output")->envname("KILN_JSON");
     c->callback([o] { run(*o); });
 }

@@ -8,11 +8,15 @@
 #include "cache/cache_cli.hpp"
 #include "jit/jit_cli.hpp"
 #include "kiln_config.h"
+#include "model/model_cli.hpp"
 #include "runtime/error.hpp"
 #include "runtime/exec_target.hpp"
 #include "serving/info_cli.hpp"
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_bench.hpp"
+#endif
+#if KILN_HAVE_TOKENIZER
+#include "model/tokenizer/tokenizer_cli.hpp"
 #endif
 
 int main(int argc, char** argv) {
@@ -29,9 +33,10 @@ int main(int argc, char** argv) {
         ->envname("KILN_TARGET")
         ->check(CLI::IsMember({"host", "cuda", "auto"}, CLI::ignore_case));
 
-    kiln::cache::add_cache_commands(app);
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
+
+    kiln::cache::add_cache_commands(app);
     kiln::cache::add_cache_bench(*bench);
 #if KILN_HAVE_HOST_JIT
     kiln::jit::add_host_bench(*bench);
@@ -44,6 +49,11 @@ int main(int argc, char** argv) {
     kiln::serving::add_info_command(app);
     kiln::jit::add_jit_commands(app);
     kiln::jit::add_jit_bench(*bench);
+    kiln::model::add_model_commands(app);
+#if KILN_HAVE_TOKENIZER
+    kiln::model::add_tokenizer_commands(app);
+    kiln::model::add_tokenizer_bench_commands(*bench);
+#endif
 
     try {
         app.parse(argc, argv);

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::cache {
+namespace kiln {
 
 // "<dir>/.<name>.tmp-<pid>-<random>", in the same directory as `path` (same filesystem).
 std::string temp_sibling(const std::string& path);
@@ -15,4 +15,4 @@ void publish_file(const std::string& tmp, const std::string& path);  // fsync tm
 void write_file_atomic(const std::string& path, std::string_view bytes, unsigned mode = 0644);
 std::string read_file(const std::string& path);  // throws IoError naming the file
 
-}  // namespace kiln::cache
+}  // namespace kiln

@@ -1,4 +1,4 @@
-#include "cache/atomic_file.hpp"
+#include "runtime/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 
 #include "runtime/error.hpp"
 
-namespace kiln::cache {
+namespace kiln {
 
 namespace fs = std::filesystem;
 
@@ -81,4 +81,4 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln
