@@ -6,9 +6,11 @@
 
 #include "cache/cache_bench.hpp"
 #include "cache/cache_cli.hpp"
+#include "jit/jit_cli.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
 #include "runtime/error.hpp"
+#include "serving/info_cli.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tokenizer_cli.hpp"
 #endif
@@ -28,6 +30,10 @@ int main(int argc, char** argv) {
     kiln::model::add_tokenizer_commands(app);
     kiln::model::add_tokenizer_bench_commands(*bench);
 #endif
+
+    kiln::serving::add_info_command(app);
+    kiln::jit::add_jit_commands(app);
+    kiln::jit::add_jit_bench(*bench);
 
     try {
         app.parse(argc, argv);
