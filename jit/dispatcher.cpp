@@ -1,7 +1,5 @@
 #include "jit/dispatcher.hpp"
 
-#include <openssl/evp.h>
-
 #include <ctime>
 
 #include <fmt/format.h>
@@ -23,15 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-std::string sha256_hex(const std::vector<uint8_t>& data) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) throw Error("SHA-256 failed");
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
-    return out;
-}
-
 std::once_flag g_identity_warning, g_header_warning;
 
 }  // namespace
@@ -43,8 +32,7 @@ Dispatcher::Dispatcher(DispatcherOptions options)
 
 Dispatcher::~Dispatcher() {
     // Libraries unload in LoadedKernel destructors; keep the context retained until they are gone.
-    std::unique_lock<std::shared_mutex> lock(map_mu_);
-    map_.clear();
+    std::lock_guard<std::mutex> lock(owned_mu_);
     owned_.clear();
 }
 
@@ -62,7 +50,7 @@ Target Dispatcher::device_target() {
 Dispatcher::Stats Dispatcher::stats() const { return {compiles_.load(), store_hits_.load(), loads_.load()}; }
 
 Dispatcher::LoadTiming Dispatcher::timing(const LoadedKernel& k) const {
-    std::shared_lock<std::shared_mutex> lock(map_mu_);
+    std::lock_guard<std::mutex> lock(owned_mu_);
     auto it = timings_.find(&k);
     return it == timings_.end() ? LoadTiming{} : it->second;
 }
@@ -167,8 +155,7 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
     i.kernel_name = out.lowered_name;
     i.compiler = actual;
     i.compile_ms = out.compile_ms;
-    i.bytes = out.cubin.size();
-    i.sha256 = sha256_hex(out.cubin);
+    i.bytes = out.cubin.size();  // the store fills sha256
     i.created_at = static_cast<int64_t>(std::time(nullptr));
     i.last_used = i.created_at;
     o.artifact.blob = std::move(out.cubin);
@@ -179,18 +166,11 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
 const LoadedKernel& Dispatcher::load_slow(const KernelDescriptor& d) {
     if (d.target.is_host()) return load_host(d);
     const LoadedKernel* k = load_flight_.run(d, [&]() -> const LoadedKernel* {
-        {
-            std::shared_lock<std::shared_mutex> lock(map_mu_);
-            if (auto it = map_.find(d); it != map_.end()) return it->second;
-        }
+        if (const LoadedKernel* hit = map_.find(d)) return hit;
         const Family& f = families_.get(d.family.view());
         const KernelDescriptor c = f.canonicalize(d);
         if (!(c == d)) {
-            std::unique_lock<std::shared_mutex> lock(map_mu_);
-            if (auto it = map_.find(c); it != map_.end()) {
-                map_.emplace(d, it->second);
-                return it->second;
-            }
+            if (const LoadedKernel* hit = map_.find(c)) return map_.insert(d, hit);
         }
         runtime::Context& ctx = context();  // throws NoDevice before any compile work
 
@@ -214,14 +194,15 @@ const LoadedKernel& Dispatcher::load_slow(const KernelDescriptor& d) {
         timing.load_ms = ms_since(t1);
         loads_.fetch_add(1, std::memory_order_relaxed);
 
-        std::unique_lock<std::shared_mutex> lock(map_mu_);
-        auto [it, inserted] = map_.emplace(c, lk.get());
-        if (inserted) {
-            timings_.emplace(lk.get(), timing);
+        const LoadedKernel* mine = lk.get();
+        {
+            std::lock_guard<std::mutex> lock(owned_mu_);
+            timings_.emplace(mine, timing);
             owned_.push_back(std::move(lk));
         }
-        map_.emplace(d, it->second);
-        return it->second;
+        // Another request (through a different non-canonical descriptor) may have loaded it first.
+        const LoadedKernel* winner = map_.insert(c, mine);
+        return map_.insert(d, winner);
     });
     return *k;
 }
@@ -244,9 +225,7 @@ HostKernelLoader& Dispatcher::host_loader() {
 const LoadedKernel& Dispatcher::load_host(const KernelDescriptor& d) {
     const LoadedKernel& k = host_loader().get(d);
     loads_.fetch_add(1, std::memory_order_relaxed);
-    std::unique_lock<std::shared_mutex> lock(map_mu_);
-    map_.emplace(d, &k);
-    return k;
+    return *map_.insert(d, &k);
 }
 
 BuildResult Dispatcher::build_host(const KernelDescriptor& c) {

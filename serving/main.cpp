@@ -12,11 +12,11 @@
 #include "runtime/error.hpp"
 #include "runtime/exec_target.hpp"
 #include "serving/info_cli.hpp"
-#if KILN_HAVE_HOST_JIT
-#include "jit/host_bench.hpp"
-#endif
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tokenizer_cli.hpp"
+#endif
+#if KILN_HAVE_HOST_JIT
+#include "jit/host_bench.hpp"
 #endif
 
 int main(int argc, char** argv) {
@@ -32,27 +32,26 @@ int main(int argc, char** argv) {
            "Where kernels run: host, cuda or auto (default auto: the GPU when one is usable, else the host)")
         ->envname("KILN_TARGET")
         ->check(CLI::IsMember({"host", "cuda", "auto"}, CLI::ignore_case));
-
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
 
     kiln::cache::add_cache_commands(app);
     kiln::cache::add_cache_bench(*bench);
+    kiln::model::add_model_commands(app);
+#if KILN_HAVE_TOKENIZER
+    kiln::model::add_tokenizer_commands(app);
+    kiln::model::add_tokenizer_bench_commands(*bench);
+#endif
+
+    kiln::serving::add_info_command(app);
+    kiln::jit::add_jit_commands(app);
+    kiln::jit::add_jit_bench(*bench);
 #if KILN_HAVE_HOST_JIT
     kiln::jit::add_host_bench(*bench);
 #else
     bench->add_subcommand("host", "Host target (not in this build)")->callback([] {
         throw kiln::InvalidArgument("kiln bench host: this kiln was built without the host JIT (-Dhost_jit=disabled)");
     });
-#endif
-
-    kiln::serving::add_info_command(app);
-    kiln::jit::add_jit_commands(app);
-    kiln::jit::add_jit_bench(*bench);
-    kiln::model::add_model_commands(app);
-#if KILN_HAVE_TOKENIZER
-    kiln::model::add_tokenizer_commands(app);
-    kiln::model::add_tokenizer_bench_commands(*bench);
 #endif
 
     try {
