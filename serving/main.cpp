@@ -6,12 +6,21 @@
 
 #include "kiln_config.h"
 #include "runtime/error.hpp"
+#if KILN_HAVE_TOKENIZER
+#include "model/tokenizer/tokenizer_cli.hpp"
+#endif
 
 int main(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     app.set_version_flag("--version", KILN_VERSION);
     app.require_subcommand(1);
     app.fallthrough();
+    auto* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+#if KILN_HAVE_TOKENIZER
+    kiln::model::add_tokenizer_commands(app);
+    kiln::model::add_tokenizer_bench_commands(*bench);
+#endif
 
     try {
         app.parse(argc, argv);
