@@ -1,5 +1,7 @@
 #include "model/reference/forward.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "model/tensor_names.hpp"
