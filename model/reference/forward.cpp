@@ -89,11 +89,11 @@ size_t RequestState::bytes() const {
 ReferenceModel::ReferenceModel(const ModelConfig& config, const Checkpoint& ck)
     : config_(config), kda_dims_(kda_dims(config)), mla_dims_(mla_dims(config)), moe_dims_(moe_dims(config)),
       act_(glu_activation(config)) {
-    validate_config(config_);
     if (config_.moe.router.num_expert_group != 1 || config_.moe.router.topk_group != 1)
         throw ConfigError(fmt::format("num_expert_group {} / topk_group {}: grouped top-k routing is not supported "
                                       "by the reference forward (Kimi models use 1 / 1)",
                                       config_.moe.router.num_expert_group, config_.moe.router.topk_group));
+    validate_config(config_);
     ck.validate(config_);
 
     const TensorNames n(config_);
