@@ -136,10 +136,11 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
         t.file = path.filename().string();
         unsigned __int128 nbytes = dtype_size(*dtype);
         for (const auto& d : *sh) {
-            if (!d.is_number_unsigned()) bad(fmt::format("shape entry {} is not a non-negative integer", d.dump()));
+            if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 62))
+                bad(fmt::format("shape entry {} is not a plausible dimension", d.dump()));
             t.shape.push_back(d.get<int64_t>());
             nbytes *= uint64_t(t.shape.back());
-            if (nbytes > data_size) nbytes = uint64_t(data_size) + 1;  // clamp: reported below
+            if (nbytes > (unsigned __int128)(uint64_t(1) << 62)) bad(fmt::format("shape {} is too large", sh->dump()));
         }
         for (const auto& o : *off)
             if (!o.is_number_unsigned()) bad("data_offsets entries must be non-negative integers");
@@ -194,6 +195,7 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, std::vector<Ten
     uint64_t len = text.size();
     put(&len, 8);
     put(text.data(), text.size());
+    while (next_ < tensors_.size() && tensors_[next_].nbytes() == 0) ++next_;
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -220,11 +222,18 @@ void SafetensorsWriter::put(const void* data, size_t n) {
 void SafetensorsWriter::write(std::string_view name, std::span<const std::byte> bytes) {
     if (next_ >= tensors_.size() || tensors_[next_].name != name)
         throw InvalidArgument(fmt::format("safetensors writer: tensor '{}' written out of declaration order", name));
-    if (bytes.size() != tensors_[next_].nbytes())
-        throw InvalidArgument(fmt::format("safetensors writer: tensor '{}' has {} bytes, declared {}", name,
-                                          bytes.size(), tensors_[next_].nbytes()));
+    const size_t want = tensors_[next_].nbytes();
+    if (written_ + bytes.size() > want)
+        throw InvalidArgument(fmt::format("safetensors writer: tensor '{}' gets {} bytes, declared {}", name,
+                                          written_ + bytes.size(), want));
     put(bytes.data(), bytes.size());
-    ++next_;
+    written_ += bytes.size();
+    if (written_ == want) {
+        ++next_;
+        written_ = 0;
+        // zero-byte tensors that follow need no write() call
+        while (next_ < tensors_.size() && tensors_[next_].nbytes() == 0) ++next_;
+    }
 }
 
 void SafetensorsWriter::finish() {

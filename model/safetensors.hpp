@@ -72,7 +72,7 @@ struct TensorDecl {
 };
 
 // Writes one safetensors file. The header is written up front from the declarations; tensor bytes then
-// follow in declaration order, one write() per tensor. finish() fsyncs and renames the temp file over
+// follow in declaration order (a tensor may arrive in several write() calls). finish() fsyncs and renames the temp file over
 // `path`; a writer destroyed before finish() removes its temp file and leaves `path` untouched.
 class SafetensorsWriter {
 public:
@@ -91,6 +91,7 @@ private:
     std::filesystem::path path_, tmp_;
     std::vector<TensorDecl> tensors_;
     size_t next_ = 0;
+    size_t written_ = 0;  // bytes of tensors_[next_] written so far
     int fd_ = -1;
     uint64_t file_size_ = 0;
 };

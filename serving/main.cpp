@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kiln_config.h"
+#include "model/model_cli.hpp"
 #include "runtime/error.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tokenizer_cli.hpp"
@@ -13,6 +14,7 @@
 int main(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     app.set_version_flag("--version", KILN_VERSION);
+    kiln::model::add_model_commands(app);
     app.require_subcommand(1);
     app.fallthrough();
     auto* bench = app.add_subcommand("bench", "Benchmarks");
