@@ -6,6 +6,7 @@
 
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
+#include "model/reference/generate_cli.hpp"
 #include "runtime/error.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tokenizer_cli.hpp"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
     app.fallthrough();
     auto* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
+    kiln::model::reference::add_reference_commands(app, *bench);
 #if KILN_HAVE_TOKENIZER
     kiln::model::add_tokenizer_commands(app);
     kiln::model::add_tokenizer_bench_commands(*bench);

@@ -164,35 +164,6 @@ std::string format_tiktoken(const std::vector<std::string>& tokens) {
     return out;
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
-    const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw kiln::IoError(fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno)));
-    size_t done = 0;
-    while (done < contents.size()) {
-        const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            const int err = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            throw kiln::IoError(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
-        }
-        done += static_cast<size_t>(n);
-    }
-    const bool synced = ::fsync(fd) == 0;
-    int err = errno;
-    const bool closed = ::close(fd) == 0;
-    if (synced && !closed) err = errno;
-    if (!synced || !closed) {
-        ::unlink(tmp.c_str());
-        throw kiln::IoError(fmt::format("cannot flush {}: {}", tmp.string(), std::strerror(err)));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        throw kiln::IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), std::strerror(err)));
-    }
-}
+// write_file_atomic() is defined once, in model/safetensors.cpp (same contract: temp file, fsync, rename).
 
 }  // namespace kiln::model
