@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -35,6 +36,13 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 double seconds_since(clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); }
+
+// CPU time of the calling thread: unlike wall time, not inflated when other processes share the cores.
+double thread_cpu_seconds() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 struct Source {
     std::string model_dir;
@@ -74,7 +82,8 @@ struct Loaded {
     double load_seconds = 0;
 };
 
-Loaded load(const Source& s) {
+// Loads the model, and its tokenizer when `with_tokenizer`.
+Loaded load(const Source& s, bool with_tokenizer) {
     if (!s.model_dir.empty() && !s.preset.empty()) throw InvalidArgument("give either --model or --preset, not both");
     Loaded out;
     auto t0 = clock::now();
@@ -83,9 +92,10 @@ Loaded load(const Source& s) {
         ModelFiles files = open_model(s.model_dir);
         out.model = std::make_unique<ReferenceModel>(files.config, files.checkpoint);
 #if KILN_HAVE_TOKENIZER
-        if (std::filesystem::exists(std::filesystem::path(s.model_dir) / "tiktoken.model")) {
+        const bool has_vocab = std::filesystem::exists(std::filesystem::path(s.model_dir) / "tiktoken.model");
+        if (with_tokenizer && has_vocab) {
             out.tokenizer = Tokenizer::load(s.model_dir);
-        } else if (uint32_t(files.config.vocab_size) == tiny_vocab_size) {
+        } else if (with_tokenizer && uint32_t(files.config.vocab_size) == tiny_vocab_size) {
             log::info("{}: no tiktoken.model; using the k3-tiny vocabulary", s.model_dir);
             out.tokenizer = make_tiny_tokenizer();
         }
@@ -101,7 +111,7 @@ Loaded load(const Source& s) {
         Checkpoint ck = Checkpoint::open(dir.path() / "model");
         out.model = std::make_unique<ReferenceModel>(c, ck);
 #if KILN_HAVE_TOKENIZER
-        out.tokenizer = make_tiny_tokenizer();
+        if (with_tokenizer) out.tokenizer = make_tiny_tokenizer();
 #endif
     }
     out.load_seconds = seconds_since(t0);
@@ -155,7 +165,7 @@ void run_generate(const GenerateArgs& a) {
     sampling.validate();
     if (a.ids.empty() && a.prompt.empty()) throw InvalidArgument("give a prompt (or --ids)");
     if (!a.ids.empty() && !a.prompt.empty()) throw InvalidArgument("give either a prompt or --ids, not both");
-    Loaded m = load(a.source);
+    Loaded m = load(a.source, a.ids.empty() || !a.print_ids);
     const ModelConfig& c = m.model->config();
 
     std::vector<uint32_t> prompt;
@@ -216,7 +226,7 @@ struct BenchArgs {
 
 void run_bench(const BenchArgs& a) {
     if (a.prompt_tokens == 0) throw InvalidArgument("--prompt-tokens must be positive");
-    Loaded m = load(a.source);
+    Loaded m = load(a.source, false);
     const ReferenceModel& model = *m.model;
     // A fixed pseudo-random prompt over the whole vocabulary.
     std::mt19937_64 rng(1234);
@@ -225,19 +235,22 @@ void run_bench(const BenchArgs& a) {
 
     RequestState st = model.new_request();
     auto t0 = clock::now();
+    double c0 = thread_cpu_seconds();
     Matrix logits = model.forward(st, prompt);
-    double prefill_s = seconds_since(t0);
+    double prefill_s = seconds_since(t0), prefill_cpu = thread_cpu_seconds() - c0;
 
     Sampler greedy(SamplingParams{});
     uint32_t next = greedy.next(logits.row_span(logits.rows - 1));
     auto t1 = clock::now();
+    double c1 = thread_cpu_seconds();
     for (size_t i = 0; i < a.decode_tokens; ++i) {
         logits = model.forward(st, std::span<const uint32_t>(&next, 1));
         next = greedy.next(logits.row_span(0));
     }
-    double decode_s = seconds_since(t1);
-    const double prefill_tps = double(a.prompt_tokens) / std::max(prefill_s, 1e-9);
-    const double decode_tps = a.decode_tokens ? double(a.decode_tokens) / std::max(decode_s, 1e-9) : 0.0;
+    double decode_s = seconds_since(t1), decode_cpu = thread_cpu_seconds() - c1;
+    auto rate = [](size_t n, double s) { return n ? double(n) / std::max(s, 1e-9) : 0.0; };
+    const double prefill_tps = rate(a.prompt_tokens, prefill_s), decode_tps = rate(a.decode_tokens, decode_s);
+    const double prefill_cpu_tps = rate(a.prompt_tokens, prefill_cpu), decode_cpu_tps = rate(a.decode_tokens, decode_cpu);
 
     if (a.json) {
         nlohmann::json j{{"model", m.name},
@@ -245,19 +258,23 @@ void run_bench(const BenchArgs& a) {
                          {"prompt_tokens", a.prompt_tokens},
                          {"prefill_seconds", prefill_s},
                          {"prefill_tokens_per_second", prefill_tps},
+                         {"prefill_tokens_per_cpu_second", prefill_cpu_tps},
                          {"decode_tokens", a.decode_tokens},
                          {"decode_seconds", decode_s},
                          {"decode_tokens_per_second", decode_tps},
+                         {"decode_tokens_per_cpu_second", decode_cpu_tps},
                          {"state_bytes", st.bytes()}};
         fmt::print("{}\n", j.dump(2));
         return;
     }
     fmt::print("reference forward (fp32 CPU, single thread) on {}\n", m.name);
-    fmt::print("  load (fp32 conversion)  {:>10.2f} s\n", m.load_seconds);
-    fmt::print("  prefill {:>5} tokens    {:>10.1f} tok/s   ({:.2f} s, one call)\n", a.prompt_tokens, prefill_tps, prefill_s);
-    fmt::print("  decode  {:>5} tokens    {:>10.1f} tok/s   ({:.2f} s, one token per call)\n", a.decode_tokens, decode_tps,
-               decode_s);
-    fmt::print("  request state           {:>10.1f} KiB at {} tokens\n", double(st.bytes()) / 1024, st.position());
+    fmt::print("  load + fp32 conversion {:>10.2f} s\n", m.load_seconds);
+    fmt::print("  {:<22} {:>10} {:>14}\n", "", "tok/s", "tok/cpu-s");
+    fmt::print("  prefill {:>5} tokens  {:>10.1f} {:>14.1f}   one call: chunked KDA, plain MLA\n", a.prompt_tokens,
+               prefill_tps, prefill_cpu_tps);
+    fmt::print("  decode  {:>5} tokens  {:>10.1f} {:>14.1f}   one token per call: recurrent KDA, absorbed MLA\n",
+               a.decode_tokens, decode_tps, decode_cpu_tps);
+    fmt::print("  request state          {:>10.1f} KiB at {} tokens\n", double(st.bytes()) / 1024, st.position());
 }
 
 }  // namespace
