@@ -32,6 +32,10 @@ ByteRankTable::ByteRankTable(const std::vector<std::string_view>& tokens) {
             if (s.rank == missing) {
                 s.hash = h;
                 s.rank = r;
+                if (key.size() == 1) single_[static_cast<unsigned char>(key[0])] = r;
+                if (key.size() == 2) {
+                    pair_[(static_cast<unsigned char>(key[0]) << 8) | static_cast<unsigned char>(key[1])] = r;
+                }
                 break;
             }
             if (s.hash == h && bytes(s.rank) == key) {
@@ -41,7 +45,7 @@ ByteRankTable::ByteRankTable(const std::vector<std::string_view>& tokens) {
     }
 }
 
-uint32_t ByteRankTable::find(std::string_view key) const {
+uint32_t ByteRankTable::find_hashed(std::string_view key) const {
     if (slots_.empty()) return missing;
     const uint64_t h = XXH3_64bits(key.data(), key.size());
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {

@@ -19,13 +19,22 @@ public:
     explicit ByteRankTable(const std::vector<std::string_view>& tokens);
 
     // Rank of `bytes`, or `missing`.
-    uint32_t find(std::string_view bytes) const;
+    uint32_t find(std::string_view bytes) const {
+        // One- and two-byte keys (every first BPE step) use direct tables instead of hashing.
+        if (bytes.size() == 2) {
+            return pair_[(static_cast<unsigned char>(bytes[0]) << 8) | static_cast<unsigned char>(bytes[1])];
+        }
+        if (bytes.size() == 1) return single_[static_cast<unsigned char>(bytes[0])];
+        return find_hashed(bytes);
+    }
     size_t size() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }
     std::string_view bytes(uint32_t rank) const {
         return {arena_.data() + offsets_[rank], offsets_[rank + 1] - offsets_[rank]};
     }
 
 private:
+    uint32_t find_hashed(std::string_view bytes) const;
+
     struct Slot {
         uint64_t hash = 0;
         uint32_t rank = missing;
@@ -34,6 +43,8 @@ private:
     std::vector<uint32_t> offsets_;  // size()+1 entries
     std::vector<Slot> slots_;
     uint64_t mask_ = 0;
+    std::vector<uint32_t> single_ = std::vector<uint32_t>(256, missing);
+    std::vector<uint32_t> pair_ = std::vector<uint32_t>(65536, missing);
 };
 
 }  // namespace kiln::model

@@ -131,4 +131,12 @@ ChatSegments render_k2_chat(const nlohmann::ordered_json& messages, const K2Chat
     return b.take();
 }
 
+void check_k2_vocabulary(const Tokenizer& tok) {
+    for (const char* m : {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+                          "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                          "<|tool_call_argument_begin|>", "<|tool_call_end|>"}) {
+        tok.require_special(m);
+    }
+}
+
 }  // namespace kiln::model

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer/chat_segment.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace kiln::model {
 
@@ -33,5 +34,9 @@ struct K2ChatOptions {
 inline constexpr const char* k2_default_system_prompt = "You are Kimi, an AI assistant created by Moonshot AI.";
 
 ChatSegments render_k2_chat(const nlohmann::ordered_json& messages, const K2ChatOptions& options = {});
+
+// Throws TokenizerError naming the first K2 marker the vocabulary lacks (a K3 vocabulary lacks them
+// all: encoding K2 segments with it would silently turn the markers into plain text).
+void check_k2_vocabulary(const Tokenizer& tokenizer);
 
 }  // namespace kiln::model

@@ -412,4 +412,8 @@ ChatSegments render_k3_chat(const nlohmann::ordered_json& messages, const K3Chat
     return b.take();
 }
 
+void check_k3_vocabulary(const Tokenizer& tok) {
+    for (const char* m : {open_token, close_token, sep_token, end_of_msg_token}) tok.require_special(m);
+}
+
 }  // namespace kiln::model

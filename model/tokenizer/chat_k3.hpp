@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer/chat_segment.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace kiln::model {
 
@@ -46,5 +47,9 @@ struct K3ChatOptions {
 inline constexpr const char* k3_image_placeholder = "<|kimi_image_placeholder|>";
 
 ChatSegments render_k3_chat(const nlohmann::ordered_json& messages, const K3ChatOptions& options = {});
+
+// Throws TokenizerError naming the first XTML marker (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>)
+// the vocabulary lacks.
+void check_k3_vocabulary(const Tokenizer& tokenizer);
 
 }  // namespace kiln::model

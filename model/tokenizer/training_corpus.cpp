@@ -185,7 +185,10 @@ void sentence(Rng& r, std::string& out) {
             break;
         case 16:
             out += std::to_string(r.next() % (r.chance(50) ? 100 : 10'000'000));
-            if (r.chance(30)) out += "." + std::to_string(r.below(100));
+            if (r.chance(30)) {
+                out += '.';
+                out += std::to_string(r.below(100));
+            }
             break;
         case 17:
             out += pick(r, emoji);
