@@ -209,6 +209,17 @@ TEST_CASE("delta rule: chunked equals recurrent with gates near the -5 bound") {
     CHECK(span < -300.0);
 }
 
+TEST_CASE("delta rule: chunked equals recurrent at K3's head dim (K = V = 128) with gates near -5") {
+    Rng rng(19);
+    const size_t T = 130, K = 128, V = 128;
+    DeltaRuleInputs in = random_core_inputs(rng, T, K, V, -5.0f, -4.95f, 0.1f);
+    std::vector<float> Sr = rng.vec(K * V, -0.2f, 0.2f), Sc = Sr;
+    Matrix o_r = delta_rule_recurrent(in, Sr.data());
+    Matrix o_c = delta_rule_chunked(in, Sc.data(), 64);
+    CHECK(kiln_test::rel_err(o_c, o_r) < 2e-5);
+    CHECK(kiln_test::rel_err(Sc, Sr) < 2e-5);
+}
+
 TEST_CASE("delta rule: chunked equals recurrent with mild gates and split calls") {
     Rng rng(11);
     const size_t T = 150, K = 8, V = 8;

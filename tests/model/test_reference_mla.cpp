@@ -185,6 +185,23 @@ TEST_CASE("mla: plain and absorbed forms agree and match an fp64 reference") {
     }
 }
 
+TEST_CASE("mla at K3's head dims: 576-value cache, scale 1/sqrt(192), plain == absorbed == fp64") {
+    Rng rng(29);
+    MlaDims d{64, 2, 48, 512, 128, 64, 128, true, 1e-5f};
+    CHECK(d.cache_width() == 576);
+    MlaWeights w = random_mla(rng, d);
+    Matrix x = rng.mat(5, d.hidden, 2.0f);
+    Matrix expect = naive_mla(w, d, x);  // scores / sqrt(128 + 64)
+    for (MlaMode mode : {MlaMode::plain, MlaMode::absorbed}) {
+        MlaCache cache = MlaCache::empty(d);
+        Matrix y = mla_forward(w, d, cache, kiln_test::rows(x, 0, 3), mode);
+        Matrix z = mla_forward(w, d, cache, kiln_test::rows(x, 3, 5), mode);
+        CHECK(kiln_test::rel_err(y, kiln_test::rows(expect, 0, 3)) < 1e-5);
+        CHECK(kiln_test::rel_err(z, kiln_test::rows(expect, 3, 5)) < 1e-5);
+        CHECK(cache.rows.size() == 5 * 576);
+    }
+}
+
 TEST_CASE("mla weights are validated") {
     Rng rng(2);
     MlaDims d = small_dims(true, true);
