@@ -10,7 +10,8 @@
 // prompt prefilled in one call, in chunks of any size, or token by token gives the same logits up to fp32
 // rounding. By default a call with several tokens uses the chunked KDA and the plain MLA form, a call with
 // one token the recurrent KDA and the absorbed MLA form (what a serving engine does); ForwardOptions can
-// pin either. Token ids are checked before any state changes.
+// pin either. Token ids are checked before any state changes. forward() is const: requests with distinct
+// states may run concurrently on one model.
 #pragma once
 
 #include <cstddef>
