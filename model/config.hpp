@@ -9,7 +9,8 @@
 // Layer lists in `linear_attn_config` are 1-based in the file; ModelConfig::layer_kinds is 0-based.
 // Unknown model types, unsupported values (e.g. RoPE MLA, a softmax router) and inconsistent fields are
 // refused with a ConfigError naming the field (`text_config.linear_attn_config.kda_layers: ...`).
-// Keys kiln does not know are logged as a warning, or refused with ParseOptions::strict.
+// Keys of the decoder config kiln does not know are logged as a warning, or refused with
+// ParseOptions::strict; the K3 wrapper's own keys (vision_config, media ids, ...) are not inspected.
 #pragma once
 
 #include <cstdint>

@@ -8,9 +8,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln_config.h"
 #include "model/expert_format.hpp"
 #include "model/safetensors.hpp"
 #include "runtime/log.hpp"
+
+#if KILN_HAVE_TOKENIZER
+#include "model/tokenizer/tiny_vocab.hpp"
+#endif
 
 namespace kiln::model {
 
@@ -210,6 +215,11 @@ MakeModelResult write_model(const ModelConfig& c, const std::filesystem::path& d
             if (e.path().extension() == ".safetensors" && !keep.count(n)) fs::remove(e.path());
         }
     }
+#if KILN_HAVE_TOKENIZER
+    // A model over the generated tiny vocabulary (k3-tiny) ships that vocabulary, so the directory is
+    // a complete checkpoint for `kiln generate --model DIR` / `kiln tokenize --model DIR`.
+    if (c.vocab_size == int(tiny_vocab_size)) write_tiny_vocab(dir);
+#endif
     write_file_atomic(dir / "config.json", to_json(c).dump(2) + "\n");
     log::info("make-model: {} tensors, {} bytes, {} shard(s) in {}", result.tensors, total, result.shards.size(),
               dir.string());

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cache/cache_bench.hpp"
+#include "cache/cache_cli.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
 #include "model/reference/generate_cli.hpp"
@@ -15,11 +17,14 @@
 int main(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     app.set_version_flag("--version", KILN_VERSION);
-    kiln::model::add_model_commands(app);
     app.require_subcommand(1);
     app.fallthrough();
-    auto* bench = app.add_subcommand("bench", "Benchmarks");
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
+
+    kiln::cache::add_cache_commands(app);
+    kiln::cache::add_cache_bench(*bench);
+    kiln::model::add_model_commands(app);
     kiln::model::reference::add_reference_commands(app, *bench);
 #if KILN_HAVE_TOKENIZER
     kiln::model::add_tokenizer_commands(app);

@@ -313,7 +313,7 @@ void add_reference_commands(CLI::App& app, CLI::App& bench) {
         cmd->add_option("--decode-tokens", a->decode_tokens, "tokens decoded one per call")
             ->envname("KILN_BENCH_DECODE_TOKENS")
             ->capture_default_str();
-        cmd->add_flag("--json", a->json, "print JSON")->envname("KILN_BENCH_JSON");
+        cmd->add_flag("--json", a->json, "print JSON")->envname("KILN_JSON");
         cmd->callback([a] { run_bench(*a); });
     }
 }
