@@ -8,6 +8,7 @@
 #include "cache/cache_cli.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
+#include "model/reference/generate_cli.hpp"
 #include "runtime/error.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tokenizer_cli.hpp"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
     kiln::cache::add_cache_commands(app);
     kiln::cache::add_cache_bench(*bench);
     kiln::model::add_model_commands(app);
+    kiln::model::reference::add_reference_commands(app, *bench);
 #if KILN_HAVE_TOKENIZER
     kiln::model::add_tokenizer_commands(app);
     kiln::model::add_tokenizer_bench_commands(*bench);
