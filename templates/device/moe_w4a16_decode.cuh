@@ -6,10 +6,13 @@
 // an equal contiguous share, so every SM streams the same number of weight bytes. Inside a CTA the
 // share is cut into items of 64 rows (one layout super-block of one m-block); the four groups take
 // items round-robin and each warp owns one 16-row block of an item over the whole K. A group runs
-// its items as one flat sequence of 64-wide K steps through a kStages-deep cp.async pipeline: a
-// lane copies its own 16 weight bytes per step, the group copies the step's token tile (gathered
-// rows, zero-filled padding) once and its warps share it through ldmatrix. Token tiles after the
-// first are skipped when the m-block has fewer rows (semi-static tiling).
+// its items as one flat sequence of K stages (64 or 128 inputs) through a kStages-deep pipeline of
+// bulk async copies completing on mbarriers: one thread of the group issues, per stage, one copy of the
+// item's weight records (scales included, contiguous in the layout), the group's threads copy the
+// gathered token rows with cp.async (tracked by the same mbarrier), and the four warps share the tile
+// through ldmatrix. Rows past the m-block's count are not copied (their MMA columns are never
+// stored), and token tiles after the first are skipped when the m-block has fewer rows
+// (semi-static tiling).
 //
 // kMode 0 (gate_up): weights are the gate/up rows interleaved per 8 (layout built with
 //   gate_up = true), the epilogue applies the GLU in fp32 and stores bf16 rows of the intermediate
@@ -31,6 +34,7 @@ struct DecodeParams {
     const __nv_bfloat16* x; // gate_up: activations [M, x_stride]; down: intermediate [rows, x_stride]
     i32 x_stride;           // elements
     i32 k_real;             // gate_up with kMaskK: columns of x that exist
+    i32 k_pad;              // inputs of the weight matrix in the layout (multiple of 64)
     i32 n_pad;              // rows of the weight matrix in the layout (multiple of 64)
     i32 n_real;             // down: output columns
     const i32* num_mblocks;
@@ -49,32 +53,39 @@ struct DecodeParams {
 
 constexpr int kDecodeThreads = 512;
 
-template <int kFormat, int kTiles>
+// Shared memory of one group: kStages stages of [records | token tile | meta], then kStages mbarriers.
+template <int kFormat, int kTiles, int kRecs>
 struct DecodeSmem {
-    static constexpr int kScaleBytes = LayoutBytes<kFormat>::kScaleBytesPerBlock;
-    static constexpr int kOffScale = 2048;
-    static constexpr int kOffX = kOffScale + 4 * kScaleBytes;
-    static constexpr int kOffMeta = kOffX + 1024 * kTiles;
+    static constexpr int kRec = LayoutBytes<kFormat>::kRecordBytes;
+    static constexpr int kXStride = 128 * kRecs + 16;  // token row in smem (+16: conflict-free ldmatrix)
+    static constexpr int kOffX = kRecs * kRec;
+    static constexpr int kOffMeta = kOffX + 8 * kTiles * kXStride;
     static constexpr int kStage = ((kOffMeta + 16) + 127) / 128 * 128;
 };
 
-template <int kFormat, int kTiles, int kStages>
-constexpr int decode_smem_bytes() {
-    return 4 * kStages * DecodeSmem<kFormat, kTiles>::kStage;
+template <int kFormat, int kTiles, int kStages, int kRecs>
+__host__ __device__ constexpr int decode_group_smem() {
+    return kStages * DecodeSmem<kFormat, kTiles, kRecs>::kStage + ((8 * kStages + 127) / 128) * 128;
+}
+template <int kFormat, int kTiles, int kStages, int kRecs>
+__host__ __device__ constexpr int decode_smem_bytes() {
+    return 4 * decode_group_smem<kFormat, kTiles, kStages, kRecs>();
 }
 
-template <int kFormat, bool kWideScale, int kMode, int kAct, int kKPad, bool kMaskK, int kTiles, int kStages>
+// kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1).
+// kSkipMath: measurement variant that streams the same bytes and skips dequantisation and MMAs.
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
+          bool kSkipMath = false>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const DecodeParams p) {
-    static_assert(kKPad % 64 == 0, "K must be padded to 64");
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
-    using SM = DecodeSmem<kFormat, kTiles>;
-    constexpr int kQ = kKPad / 64;
+    static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
+    using SM = DecodeSmem<kFormat, kTiles, kRecs>;
     constexpr int kBM = 8 * kTiles;
-    constexpr int kRec = LayoutBytes<kFormat>::kRecordBytes;
-    constexpr int kScB = SM::kScaleBytes;
-    constexpr int kChunks = 64 * kTiles;                 // 16-byte x chunks per stage
-    constexpr int kCpt = (kChunks + 127) / 128;          // per thread
+    constexpr int kRec = SM::kRec;
+    constexpr int kScB = LayoutBytes<kFormat>::kScaleBytesPerBlock;
+    constexpr int kChunks = 64 * kRecs * kTiles;  // 16-byte token chunks per stage
+    constexpr int kCpt = (kChunks + 127) / 128;    // per thread
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
 
@@ -83,6 +94,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     const int gid = warp >> 2, wig = warp & 3, tg = tid & 127;
     const int g = lane >> 2, t = lane & 3;
 
+    const int nq = p.k_pad >> 6;
+    const int nst = nq / kRecs;  // stages per item
     const int nmb = *p.num_mblocks;
     if (nmb == 0) {
         if constexpr (kMode == 1) {
@@ -97,15 +110,23 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     const int r0 = static_cast<int>(units * blockIdx.x / gridDim.x);
     const int r1 = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
     if (r0 >= r1) return;
-    const int gs0 = (r0 / nb16) * nb64 + (r0 % nb16) / 4;
-    const int gs1 = ((r1 - 1) / nb16) * nb64 + ((r1 - 1) % nb16) / 4 + 1;
-    const int n_items = gs1 - gs0;
+    const int gs0 = r0 >> 2;              // super-block items: row-block r belongs to item r / 4
+    const int n_items = ((r1 - 1) >> 2) + 1 - gs0;
     const int my_items = n_items > gid ? (n_items - gid + 3) / 4 : 0;
-    const int steps = my_items * kQ;
+    const int steps = my_items * nst;
     if (steps == 0) return;
 
-    const u32 gsm = smem_addr(smem_raw) + gid * kStages * SM::kStage;
-    const u64 policy = evict_first_policy();
+    const u32 gsm = smem_addr(smem_raw) + gid * decode_group_smem<kFormat, kTiles, kStages, kRecs>();
+    const u32 bars = gsm + kStages * SM::kStage;
+    // One warp per group issues the weight copies; a different one in each group, so the four
+    // producers sit on four different schedulers.
+    const bool producer = wig == gid && lane == 0;
+    if (tid == 128 * gid) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 129);  // 128 cp.async arrivals + 1 for the weights
+        fence_mbar_init();
+    }
+    named_barrier(1 + gid, 128);
 
     // ---- producer state: the item whose stages are being issued, and the next one ----
     struct Item {
@@ -117,7 +138,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         const int G = gs0 + gid + 4 * j;
         it.mb = G / nb64;
         it.sb = G - it.mb * nb64;
-        const int rbase = it.mb * nb16 + 4 * it.sb;
+        const int rbase = 4 * G;
         it.mask = 0;
 #pragma unroll
         for (int w = 0; w < 4; ++w)
@@ -129,13 +150,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         for (int h = 0; h < kCpt; ++h) {
             it.tok[h] = -1;
             if constexpr (kMode == 0) {
-                const int row = (tg + 128 * h) >> 3;
+                const int row = (tg + 128 * h) / (8 * kRecs);
                 if (row < kBM) it.tok[h] = __ldg(p.sorted_token + it.mb * kBM + row);
             }
         }
         return it;
     };
-
+    const u64 policy = evict_first_policy();
     Item cur = make_item(0);
     Item nxt = cur;
     if (my_items > 1) nxt = make_item(1);
@@ -143,44 +164,48 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 
     auto produce = [&](int slot) {
         const u32 st = gsm + slot * SM::kStage;
-        if (tg == 0) {
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(cur.mb),
-                         "r"(cur.valid), "r"(cur.mask), "r"(0)
-                         : "memory");
-        }
-        if ((cur.mask >> wig) & 1) {
-            const u8* rec = p.weights + static_cast<u64>(cur.expert) * p.expert_stride +
-                            static_cast<u64>(cur.sb * kQ + pq) * kRec;
-            cp_async16_stream(st + wig * 512 + lane * 16, rec + wig * 512 + lane * 16, policy);
-            if (lane < kScB / 16)
-                cp_async16(st + SM::kOffScale + wig * kScB + lane * 16, rec + 2048 + wig * kScB + lane * 16, 16);
-        }
+        const u32 bar = bars + 8 * slot;
+        const int q0 = pq * kRecs;
         const int ntiles = (cur.valid + 7) >> 3;
 #pragma unroll
         for (int h = 0; h < kCpt; ++h) {
             const int c = tg + 128 * h;
-            const int row = c >> 3;
-            if (c < kChunks && (row >> 3) < ntiles) {
-                const int kc = c & 7;
-                const int k = pq * 64 + kc * 8;
-                const __nv_bfloat16* src = p.x;
-                int bytes = 0;
-                if constexpr (kMode == 0) {
-                    if (cur.tok[h] >= 0 && (!kMaskK || k < p.k_real)) {
-                        src = p.x + static_cast<long long>(cur.tok[h]) * p.x_stride + k;
-                        bytes = 16;
-                    }
-                } else {
-                    if (row < cur.valid) {
-                        src = p.x + static_cast<long long>(cur.mb * kBM + row) * p.x_stride + k;
-                        bytes = 16;
-                    }
-                }
-                const int rr = row & 7;
-                cp_async16(st + SM::kOffX + (row >> 3) * 1024 + rr * 128 + ((kc ^ rr) << 4), src, bytes);
+            const int row = c / (8 * kRecs), kc = c % (8 * kRecs);
+            if (c < kChunks && (row >> 3) < ntiles && row < cur.valid) {
+                const int k = q0 * 64 + kc * 8;
+                int bytes = 16;
+                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - k) * 2));
+                const __nv_bfloat16* src;
+                if constexpr (kMode == 0)
+                    src = p.x + static_cast<long long>(cur.tok[h]) * p.x_stride + k;
+                else
+                    src = p.x + static_cast<long long>(cur.mb * kBM + row) * p.x_stride + k;
+                cp_async16(st + SM::kOffX + row * SM::kXStride + kc * 16, bytes ? src : p.x, bytes);
             }
         }
-        if (++pq == kQ) {
+        cp_async_mbar_arrive(bar);
+        if (producer) {
+            const int m = cur.mask;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(cur.mb),
+                         "r"(cur.valid), "r"(m), "r"(0)
+                         : "memory");
+            const u8* rec = p.weights + static_cast<u64>(cur.expert) * p.expert_stride +
+                            static_cast<u64>(cur.sb * nq + q0) * kRec;
+            if (m == 0xF) {
+                mbar_arrive_expect_tx(bar, kRecs * kRec);
+                bulk_g2s_hint(st, rec, kRecs * kRec, bar, policy);
+            } else {
+                const int w0 = __ffs(m) - 1, w1 = 32 - __clz(m);
+                mbar_arrive_expect_tx(bar, kRecs * (w1 - w0) * (512 + kScB));
+#pragma unroll
+                for (int j = 0; j < kRecs; ++j) {
+                    bulk_g2s_hint(st + j * kRec + w0 * 512, rec + j * kRec + w0 * 512, (w1 - w0) * 512, bar, policy);
+                    bulk_g2s_hint(st + j * kRec + 2048 + w0 * kScB, rec + j * kRec + 2048 + w0 * kScB, (w1 - w0) * kScB,
+                                  bar, policy);
+                }
+            }
+        }
+        if (++pq == nst) {
             pq = 0;
             ++pj;
             cur = nxt;
@@ -195,6 +220,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     int c_q = 0, c_j = 0;
     int e_tok[kTiles][2];
     float e_wt[kTiles][2];
+    const int lrow = lane & 7, lmat = lane >> 3;
 
     auto consume = [&](int slot) {
         const u32 st = gsm + slot * SM::kStage;
@@ -218,43 +244,45 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 }
             }
         }
-        if (c_active) {
-            const uint4 wv = lds128(st + wig * 512 + lane * 16);
-            uint2 sv;
-            if constexpr (kFormat == kFormatInt4) {
-                sv = lds64(st + SM::kOffScale + wig * kScB + g * 8);
-            } else {
-                sv.x = lds32(st + SM::kOffScale + wig * kScB + g * 4);
-                sv.y = 0;
-            }
-            u32 m[4];
-            expand_scales<kFormat, kWideScale>(sv, m);
-
-            u32 b[kTiles][8];
-            const int lrow = lane & 7, lmat = lane >> 3;
+        if (c_active && !kSkipMath) {
 #pragma unroll
-            for (int i = 0; i < kTiles; ++i) {
-                if (i == 0 || i < c_ntiles) {
+            for (int j = 0; j < kRecs; ++j) {
+                const u32 rec = st + j * kRec;
+                const uint4 wv = lds128(rec + wig * 512 + lane * 16);
+                uint2 sv;
+                if constexpr (kFormat == kFormatInt4) {
+                    sv = lds64(rec + 2048 + wig * kScB + g * 8);
+                } else {
+                    sv.x = lds32(rec + 2048 + wig * kScB + g * 4);
+                    sv.y = 0;
+                }
+                u32 m[4];
+                expand_scales<kFormat, kWideScale>(sv, m);
+                u32 b[kTiles][8];
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int kc = 4 * c + lmat;
-                        ldmatrix_x4(st + SM::kOffX + i * 1024 + lrow * 128 + ((kc ^ lrow) << 4), b[i][4 * c + 0],
-                                    b[i][4 * c + 1], b[i][4 * c + 2], b[i][4 * c + 3]);
+                for (int i = 0; i < kTiles; ++i) {
+                    if (i == 0 || i < c_ntiles) {
+                        const u32 xrow = st + SM::kOffX + (8 * i + lrow) * SM::kXStride + j * 128;
+#pragma unroll
+                        for (int c = 0; c < 2; ++c)
+                            ldmatrix_x4(xrow + (4 * c + lmat) * 16, b[i][4 * c + 0], b[i][4 * c + 1], b[i][4 * c + 2],
+                                        b[i][4 * c + 3]);
+                    }
+                }
+                const u32 words[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    u32 a[4];
+                    dequant_word<kFormat, kWideScale>(words[s], m[(s >> 1) * 2], m[(s >> 1) * 2 + 1], a);
+#pragma unroll
+                    for (int i = 0; i < kTiles; ++i) {
+                        if (i == 0 || i < c_ntiles)
+                            mma_bf16_16816(acc[i], a[0], a[1], a[2], a[3], b[i][2 * s], b[i][2 * s + 1]);
                     }
                 }
             }
-            const u32 words[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                u32 a[4];
-                dequant_word<kFormat, kWideScale>(words[s], m[(s >> 1) * 2], m[(s >> 1) * 2 + 1], a);
-#pragma unroll
-                for (int i = 0; i < kTiles; ++i) {
-                    if (i == 0 || i < c_ntiles) mma_bf16_16816(acc[i], a[0], a[1], a[2], a[3], b[i][2 * s], b[i][2 * s + 1]);
-                }
-            }
         }
-        if (c_q == kQ - 1 && c_active) {
+        if (c_q == nst - 1 && c_active) {
             const int rb = 4 * c_sb + wig;
             if constexpr (kMode == 0) {
                 const int col = rb * 8 + g;
@@ -330,29 +358,33 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 }
             }
         }
-        if (++c_q == kQ) {
+        if (++c_q == nst) {
             c_q = 0;
             ++c_j;
         }
     };
 
-    // ---- pipeline ----
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    // ---- pipeline: stage i lives in slot i % kStages; its mbarrier phase is (i / kStages) & 1 ----
+#pragma unroll 1
+    for (int s = 0; s < kStages - 1; ++s)
         if (s < steps) produce(s);
-        cp_async_commit();
-    }
     int slot_c = 0, slot_p = kStages - 1;
+    u32 phase = 0;
+#pragma unroll 1
     for (int i = 0; i < steps; ++i) {
-        cp_async_wait<kStages - 2>();
-        named_barrier(1 + gid, 128);
-        if (i + kStages - 1 < steps) produce(slot_p);
-        cp_async_commit();
+        mbar_wait(bars + 8 * slot_c, phase);
+        named_barrier(1 + gid, 128);  // every warp is done with the slot refilled below
+        if (i + kStages - 1 < steps) {
+            if (producer) fence_proxy_async();
+            produce(slot_p);
+        }
         consume(slot_c);
-        slot_c = slot_c + 1 == kStages ? 0 : slot_c + 1;
+        if (++slot_c == kStages) {
+            slot_c = 0;
+            phase ^= 1u;
+        }
         slot_p = slot_p + 1 == kStages ? 0 : slot_p + 1;
     }
-    cp_async_wait<0>();
 }
 
 }  // namespace moe
