@@ -97,7 +97,7 @@ std::string_view to_string(W4Layout l) {
     return "unknown";
 }
 
-int layout_superblock_rows(W4Layout l) { return l == W4Layout::prefill_mma16 ? 128 : 64; }
+int layout_superblock_rows(W4Layout l) { return l == W4Layout::decode_mma16 ? 128 : 64; }
 int layout_scale_bytes_per_block(W4Format f) { return f == W4Format::int4_g32_bf16 ? 64 : 32; }
 int layout_record_bytes(W4Format f, W4Layout l) {
     const int blocks = layout_superblock_rows(l) / 16;
@@ -148,7 +148,7 @@ PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool ga
     w.experts = experts;
     w.n = n;
     w.k = k;
-    w.n_pad = gate_up ? 2 * round_up(n, sbr / 2) : round_up(n, sbr);
+    w.n_pad = gate_up ? 2 * round_up(n, 64) : round_up(n, sbr);  // gate_up: the intermediate covers the down K_pad
     w.k_pad = round_up(k, 64);
     const int q_count = w.k_pad / 64;
     const int sb_count = w.n_pad / sbr;

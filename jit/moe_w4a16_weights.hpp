@@ -10,16 +10,17 @@
 // Kernel layouts. The layout is chosen before packing and recorded in the prepared weights; every
 // kernel checks it at dispatch (require_layout), so weights packed for one configuration can never be
 // read by a kernel of the other.
-//   decode_mma16   mma.sync m16n8k16 A-fragment order, 64-row super-blocks x 64-wide K records with
+//   decode_mma16   mma.sync m16n8k16 A-fragment order, 128-row super-blocks x 64-wide K records with
 //                  the scales of each record right behind its weights (templates/device/
-//                  moe_w4a16_common.cuh documents the bytes). Read by the decode kernels.
-//   prefill_mma16  same fragment order, 128-row super-blocks x 64-wide K records: one contiguous copy
-//                  per pipeline stage feeds the two warpgroups (128 rows) of a prefill CTA. Read by the
+//                  moe_w4a16_common.cuh documents the bytes): one contiguous copy per pipeline stage
+//                  feeds a decode warp group (4 warps x 2 row-blocks). Read by the decode kernels.
+//   prefill_mma16  same fragment order, 64-row super-blocks (one warpgroup's rows). Read by the
 //                  prefill kernels.
 // gate_up matrices are stored with the gate (w1) and up (w3) rows interleaved per 8 rows, so that one
 // m16n8k16 accumulator holds a gate value and its matching up value and the activation needs no
-// data exchange. N is padded to a whole super-block (gate_up: the intermediate size to half of one),
-// K to a multiple of 64; padding is zero weights with unit scales.
+// data exchange. N is padded to a whole super-block (gate_up: the intermediate size to a multiple of 64,
+// the K padding of the down matrix that reads it), K to a multiple of 64; padding is zero weights with
+// unit scales.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,7 @@ std::string_view to_string(W4Format f);  // "int4_g32_bf16", "mxfp4_g32_e8m0"
 std::string_view to_string(W4Layout l);  // "decode_mma16", "prefill_mma16"
 
 // Record geometry of a layout.
-int layout_superblock_rows(W4Layout l);              // 64 (decode) or 128 (prefill)
+int layout_superblock_rows(W4Layout l);              // 128 (decode) or 64 (prefill)
 int layout_scale_bytes_per_block(W4Format f);        // per 16-row block and k64: 64 (int4) or 32 (mxfp4)
 int layout_record_bytes(W4Format f, W4Layout l);     // one super-block x 64 inputs
 

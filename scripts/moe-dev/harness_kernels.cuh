@@ -82,9 +82,9 @@ inline RoutingFn select_routing(int block_m) {
     }
 }
 
-inline DequantFn select_dequant(int format, bool wide) {
-    if (format == kFormatInt4) return &moe_w4a16_dequant<kFormatInt4, false>;
-    return wide ? &moe_w4a16_dequant<kFormatMxfp4, true> : &moe_w4a16_dequant<kFormatMxfp4, false>;
+inline DequantFn select_dequant(int format, bool wide) {  // decode_mma16 layout
+    if (format == kFormatInt4) return &moe_w4a16_dequant<kFormatInt4, false, kDecodeBlocks>;
+    return wide ? &moe_w4a16_dequant<kFormatMxfp4, true, kDecodeBlocks> : &moe_w4a16_dequant<kFormatMxfp4, false, kDecodeBlocks>;
 }
 
 }  // namespace harness

@@ -840,7 +840,7 @@ DevWeights random_device_weights(W4Format fmt, bool gate_up, int E, int n, int k
     CK(cudaMalloc(&d.d, bytes));
     fill_random_kernel<<<1024, 256>>>(reinterpret_cast<uint32_t*>(d.d), bytes / 4, seed);
     const int rec = layout_record_bytes(fmt, W4Layout::decode_mma16);
-    fix_scales_kernel<<<1024, 256>>>(d.d, bytes / rec, rec, 2048, 4 * layout_scale_bytes_per_block(fmt),
+    fix_scales_kernel<<<1024, 256>>>(d.d, bytes / rec, rec, 8 * 512, 8 * layout_scale_bytes_per_block(fmt),
                                      fmt == W4Format::int4_g32_bf16);
     CK(cudaGetLastError());
     d.meta = std::move(meta);

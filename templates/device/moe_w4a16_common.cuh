@@ -1,11 +1,12 @@
 // Shared pieces of the moe_w4a16 kernels (sm_90): PTX wrappers, the fused W4 -> bf16 dequantisers for
 // the kernel weight layout, and the GLU activations.
 //
-// Kernel weight layout "mma16" (written by jit/moe_w4a16_weights.cpp, read here). One expert matrix
-// [N_pad, K_pad] (N_pad % 64 == 0, K_pad % 64 == 0) is a sequence of records, super-block major:
-//   for sb in N_pad/64 (64 output rows = 4 warp row-blocks of 16), for q in K_pad/64 (64 inputs):
-//     weights: 4 row-blocks x 32 lanes x 16 bytes   (lane L = 4g + t owns rows g and g+8 of its block)
-//     scales:  4 row-blocks x 8 g x (INT4: 4 bf16 | MXFP4: 4 e8m0 bytes)
+// Kernel weight layouts "*_mma16" (written by jit/moe_w4a16_weights.cpp, read here). One expert matrix
+// [N_pad, K_pad] (N_pad a multiple of the super-block, K_pad % 64 == 0) is a sequence of records,
+// super-block major (decode: 128-row super-blocks, prefill: 64-row):
+//   for sb in N_pad/R (R output rows = R/16 row-blocks of 16), for q in K_pad/64 (64 inputs):
+//     weights: R/16 row-blocks x 32 lanes x 16 bytes   (lane L = 4g + t owns rows g and g+8 of its block)
+//     scales:  R/16 row-blocks x 8 g x (INT4: 4 bf16 | MXFP4: 4 e8m0 bytes)
 //                 = [row g grp 2q, row g+8 grp 2q, row g grp 2q+1, row g+8 grp 2q+1]
 // A lane's 16 bytes are four 32-bit words, one per k16 step s of the record. Word s holds the lane's
 // m16n8k16 A fragment {a0, a1, a2, a3} (a0: row g, k 2t,2t+1; a1: row g+8, same k; a2: row g, k 2t+8,
@@ -272,12 +273,12 @@ __device__ __forceinline__ void dequant_word(u32 w, u32 mg, u32 mg8, u32 (&a)[4]
     }
 }
 
-// Bytes of one record's scales per row-block (8 g x 4 entries).
-template <int kFormat>
+// Bytes of one record (a super-block of kBlocks row-blocks x 64 inputs): weights, then scales.
+template <int kFormat, int kBlocks>
 struct LayoutBytes {
     static constexpr int kScaleBytesPerBlock = kFormat == kFormatInt4 ? 64 : 32;
-    static constexpr int kScaleBytesPerLaneGroup = kFormat == kFormatInt4 ? 8 : 4;
-    static constexpr int kRecordBytes = 4 * 512 + 4 * kScaleBytesPerBlock;  // per (super-block, k64)
+    static constexpr int kWeightBytes = kBlocks * 512;
+    static constexpr int kRecordBytes = kBlocks * (512 + kScaleBytesPerBlock);
 };
 
 // ---- activations (fp32) -------------------------------------------------------------------------------

@@ -16,24 +16,26 @@ struct DequantParams {
     i32 k_pad;
 };
 
-template <int kFormat, bool kWideScale>
+// kBlocks: row-blocks per super-block of the layout (8 for decode_mma16, 4 for prefill_mma16).
+template <int kFormat, bool kWideScale, int kBlocks>
 __global__ void __launch_bounds__(256) moe_w4a16_dequant(const DequantParams p) {
-    constexpr int kRec = LayoutBytes<kFormat>::kRecordBytes;
-    constexpr int kScB = LayoutBytes<kFormat>::kScaleBytesPerBlock;
+    using LB = LayoutBytes<kFormat, kBlocks>;
+    constexpr int kRec = LB::kRecordBytes;
+    constexpr int kScB = LB::kScaleBytesPerBlock;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int q_count = p.k_pad / 64;
     const int jobs = (p.n_pad / 16) * q_count;  // (row-block, k64)
     for (int job = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; job < jobs; job += (gridDim.x * blockDim.x) >> 5) {
         const int rb = job / q_count, q = job % q_count;
-        const int sb = rb >> 2, w = rb & 3;
+        const int sb = rb / kBlocks, w = rb % kBlocks;
         const u8* rec = p.weights + static_cast<u64>(sb * q_count + q) * kRec;
         const uint4 wv = *reinterpret_cast<const uint4*>(rec + w * 512 + lane * 16);
         uint2 sv;
         if constexpr (kFormat == kFormatInt4) {
-            sv = *reinterpret_cast<const uint2*>(rec + 2048 + w * kScB + g * 8);
+            sv = *reinterpret_cast<const uint2*>(rec + LB::kWeightBytes + w * kScB + g * 8);
         } else {
-            sv.x = *reinterpret_cast<const u32*>(rec + 2048 + w * kScB + g * 4);
+            sv.x = *reinterpret_cast<const u32*>(rec + LB::kWeightBytes + w * kScB + g * 4);
             sv.y = 0;
         }
         u32 m[4];
