@@ -68,6 +68,6 @@ if has ncu && command -v ncu >/dev/null; then
       --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \
       "$dir/moe_harness" bench --only k2_ep8_decode_20 --iters 2 > "$out/ncu.txt" 2>&1
   echo "ncu exit $?"
-  grep -E "moe_w4a16_decode|DRAM Throughput|Duration|Issue Slots Busy|Executed Ipc A|No Eligible|SM Active Cycles|Elapsed Cycles" "$out/ncu.txt" | head -30
+  grep -E "moe_w4a16_decode|DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Executed Ipc A|No Eligible|Stall" "$out/ncu.txt" | head -30
 fi
 stamp done

@@ -272,7 +272,6 @@ struct Workspace {
     int H = 0, I_pad = 0, n_pad_down = 0;
     int mblock_cap = 0;
     int32_t *ids = nullptr, *counts = nullptr, *nmb = nullptr, *sorted_token = nullptr, *counters = nullptr;
-    int32_t* work = nullptr;  // [2] item counters of gate_up and down
     float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr;
     int2* mblock_info = nullptr;
     uint16_t *x = nullptr, *inter = nullptr, *out = nullptr;
@@ -295,7 +294,6 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     CK(cudaMalloc(&w.wts, std::max<size_t>(1, slots) * 4));
     CK(cudaMalloc(&w.counts, E * 4));
     CK(cudaMalloc(&w.nmb, 4));
-    CK(cudaMalloc(&w.work, 8));
     CK(cudaMalloc(&w.mblock_info, w.mblock_cap * sizeof(int2)));
     CK(cudaMalloc(&w.sorted_token, rows * 4));
     CK(cudaMalloc(&w.sorted_weight, rows * 4));
@@ -311,7 +309,7 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
 }
 
 void free_workspace(Workspace& w) {
-    cudaFree(w.ids); cudaFree(w.wts); cudaFree(w.work); cudaFree(w.counts); cudaFree(w.nmb); cudaFree(w.mblock_info);
+    cudaFree(w.ids); cudaFree(w.wts); cudaFree(w.counts); cudaFree(w.nmb); cudaFree(w.mblock_info);
     cudaFree(w.sorted_token); cudaFree(w.sorted_weight); cudaFree(w.counters); cudaFree(w.acc);
     cudaFree(w.x); cudaFree(w.inter); cudaFree(w.out);
     w = Workspace{};
@@ -362,8 +360,6 @@ void launch_routing(const Launch& l, Workspace& w, cudaStream_t s) {
     rp.topk = w.topk;
     rp.num_experts = w.E;
     rp.mblock_cap = w.mblock_cap;
-    rp.work_counters = w.work;
-    rp.num_work_counters = 2;
     l.routing<<<1, 1024, 2 * 4 * w.E, s>>>(rp);
     CK(cudaGetLastError());
 }
@@ -385,7 +381,6 @@ void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int cop
     p.num_tokens = w.M;
     p.inter = reinterpret_cast<__nv_bfloat16*>(w.inter);
     p.inter_stride = w.I_pad;
-    p.work_counter = w.work;
     l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
     CK(cudaGetLastError());
 }
@@ -410,7 +405,6 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
     p.out = reinterpret_cast<__nv_bfloat16*>(w.out);
     p.out_stride = w.H;
     p.counters = w.counters;
-    p.work_counter = w.work + 1;
     l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
     CK(cudaGetLastError());
 }
@@ -599,9 +593,7 @@ void test_routing() {
         CK(cudaMemset(stok, 0x7F, size_t(cap) * c.bm * 4));
         CK(cudaMemcpy(ids, r.ids.data(), slots * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(wts, r.weights.data(), slots * 4, cudaMemcpyHostToDevice));
-        int32_t* work;
-        CK(cudaMalloc(&work, 8));
-        kiln_dev::moe::RoutingParams rp{ids, wts, counts, nmb, info, stok, swt, c.M, c.topk, c.E, cap, work, 2};
+        kiln_dev::moe::RoutingParams rp{ids, wts, counts, nmb, info, stok, swt, c.M, c.topk, c.E, cap};
         auto fn = harness::select_routing(c.bm);
         CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
         fn<<<1, 1024, 2 * 4 * c.E>>>(rp);
@@ -619,7 +611,6 @@ void test_routing() {
             CK(cudaMemcpy(h_wt.data(), swt, h_wt.size() * 4, cudaMemcpyDeviceToHost));
         }
         cudaFree(ids); cudaFree(wts); cudaFree(counts); cudaFree(nmb); cudaFree(info); cudaFree(stok); cudaFree(swt);
-        cudaFree(work);
         // expected
         const std::vector<int> want_counts = expert_counts(r);
         int want_nmb = 0;
@@ -1030,7 +1021,6 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             CK(cudaEventCreate(&e1));
             std::vector<double> tp;
             for (int it = 0; it < 20; ++it) {
-                launch_routing(lp, ws, s);  // re-arms the item counters
                 CK(cudaEventRecord(e0, s));
                 launch_gate_up(lp, ws, gu, it % copies, s);
                 CK(cudaEventRecord(e1, s));

@@ -2,18 +2,18 @@
 // tokens on MMA-N (mma.sync m16n8k16), m-blocks of 8 * kTiles routed rows. Reads the decode_mma16
 // layout (128-row super-blocks).
 //
-// One persistent CTA per SM, 512 threads = 4 independent groups x 4 warps. The work is the list of
-// items (m-block, 128-row super-block), num_mblocks * N_pad / 128 of them (the count is read from
-// device memory). Groups claim items dynamically with one atomic per item (two items ahead), so a
-// faster SM simply takes more items and no SM idles while others still stream. Each warp owns two
-// 16-row blocks of an item over the whole K (the token fragments it loads feed both). A group runs
-// its items as one flat sequence of K stages (64 or 128 inputs) through a kStages-deep pipeline: per
-// stage its producer warp issues one bulk async copy of the item's weight records (scales included,
-// contiguous in the layout) and copies the gathered token rows with cp.async, all completing on the
-// stage's mbarrier; the warps share the token tile through ldmatrix. The item of each stage travels in
-// the stage's shared-memory header; a sentinel stage ends the group. Rows past the m-block's count are
-// not copied (their MMA columns are never stored), and token tiles after the first are skipped when
-// the m-block has fewer rows (semi-static tiling).
+// One persistent CTA per SM, 512 threads = 4 groups x 4 warps. The work is the list of 16-row
+// row-blocks over all m-blocks (num_mblocks * N_pad / 16, read from device memory); each CTA takes
+// an equal contiguous share, so every SM streams the same number of weight bytes. Inside a CTA the
+// share is cut into items of 128 rows (one layout super-block of one m-block); the four groups take
+// items round-robin and each warp owns two 16-row blocks of an item over the whole K (the token
+// fragments it loads feed both). A group runs its items as one flat sequence of K stages (64 or 128
+// inputs) through a kStages-deep pipeline: per stage one thread issues one bulk async copy of the
+// item's weight records (scales included, contiguous in the layout) and the group's threads copy the
+// gathered token rows with cp.async, all completing on the stage's mbarrier; the warps share the
+// token tile through ldmatrix. Rows past the m-block's count are not copied (their MMA columns are
+// never stored), and token tiles after the first are skipped when the m-block has fewer rows
+// (semi-static tiling).
 //
 // kMode 0 (gate_up): weights are the gate/up rows interleaved per 8 (layout built with
 //   gate_up = true), the epilogue applies the GLU in fp32 and stores bf16 rows of the intermediate
@@ -52,7 +52,6 @@ struct DecodeParams {
     __nv_bfloat16* out;     // down: bf16 output [M, out_stride]
     i32 out_stride;
     i32* counters;          // down: [n_pad / 16], zero between calls
-    i32* work_counter;      // items claimed so far; zeroed by the routing kernel before each call
 };
 
 constexpr int kDecodeThreads = 512;
@@ -119,7 +118,7 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
           bool kSkipMath = false>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const DecodeParams p) {
-    static_assert(kTiles == 1 || kTiles == 2 || kTiles == 4, "1, 2 or 4 token tiles of 8");
+    static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
     using SM = DecodeSmem<kFormat, kTiles, kRecs>;
@@ -128,12 +127,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     constexpr int kRec = SM::kRec;
     constexpr int kScB = LB::kScaleBytesPerBlock;
     constexpr int kWB = LB::kWeightBytes;
+    constexpr int kChunks = 64 * kRecs * kTiles;  // 16-byte token chunks per stage
+    constexpr int kCpt = (kChunks + 127) / 128;    // per thread
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
-    const int gid = warp >> 2, wig = warp & 3;
+    const int gid = warp >> 2, wig = warp & 3, tg = tid & 127;
     const int g = lane >> 2, t = lane & 3;
 
     const int nq = p.k_pad >> 6;
@@ -147,120 +148,116 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         }
         return;
     }
-    const int nsb = p.n_pad >> 7;
-    const int total_items = nmb * nsb;  // (m-block, super-block) pairs, claimed dynamically
+    const int nb16 = p.n_pad >> 4, nsb = p.n_pad >> 7;
+    const long long units = static_cast<long long>(nmb) * nb16;
+    const int r0 = static_cast<int>(units * blockIdx.x / gridDim.x);
+    const int r1 = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
+    if (r0 >= r1) return;
+    const int gs0 = r0 >> 3;  // item (m-block, super-block) of row-block r is r / 8
+    const int n_items = ((r1 - 1) >> 3) + 1 - gs0;
+    const int my_items = n_items > gid ? (n_items - gid + 3) / 4 : 0;
+    const int steps = my_items * nst;
+    if (steps == 0) return;
 
     const u32 gsm = smem_addr(smem_raw) + gid * decode_group_smem<kFormat, kTiles, kStages, kRecs>();
     const u32 bars = gsm + kStages * SM::kStage;
-    // The group's producer warp claims items, copies the token rows (cp.async) and, from lane 0, the
-    // weight records (bulk copy). A different warp slot in each group, so the four producers sit on
-    // four different schedulers.
-    const bool producer_warp = wig == gid;
+    // One thread per group issues the weight copies, in a different warp slot in each group so the
+    // four producers sit on four different schedulers.
+    const bool producer = wig == gid && lane == 0;
     if (tid == 128 * gid) {
 #pragma unroll
-        for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 33);  // 32 cp.async arrivals + the weights
+        for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 129);  // 128 cp.async arrivals + the weights
         fence_mbar_init();
     }
     named_barrier(1 + gid, 128);
 
-    // ---- producer state (producer warp only): current item, next item, and the claim after it ----
-    constexpr int kLpr = 4 / kTiles;                 // lanes per token row
-    constexpr int kCpl = 8 * kRecs / kLpr;           // 16-byte chunks per lane per stage
-    const int my_row = lane / kLpr, my_sub = lane % kLpr;
+    // ---- producer state: the item whose stages are being issued, and the next one ----
     struct Item {
-        int id, mb, sb, expert, valid, tok;
+        int mb, sb, mask, expert, valid;
+        int tok[kCpt];
     };
-    auto make_item = [&](int id) {
+    auto make_item = [&](int j) {
         Item it;
-        it.id = id;
-        it.mb = it.sb = it.expert = 0;
-        it.valid = -1;  // past the end: the sentinel that stops the group
-        it.tok = -1;
-        if (id < total_items) {
-            it.mb = id / nsb;
-            it.sb = id - it.mb * nsb;
-            const int2 info = __ldg(p.mblock_info + it.mb);
-            it.expert = info.x;
-            it.valid = info.y;
+        const int G = gs0 + gid + 4 * j;
+        it.mb = G / nsb;
+        it.sb = G - it.mb * nsb;
+        const int rbase = 8 * G;
+        const int lo = max(r0 - rbase, 0), hi = min(r1 - rbase, 8);  // active row-blocks [lo, hi)
+        it.mask = ((1 << hi) - 1) & ~((1 << lo) - 1);
+        const int2 info = __ldg(p.mblock_info + it.mb);
+        it.expert = info.x;
+        it.valid = info.y;
+#pragma unroll
+        for (int h = 0; h < kCpt; ++h) {
+            it.tok[h] = -1;
             if constexpr (kMode == 0) {
-                if (my_row < kBM) it.tok = __ldg(p.sorted_token + it.mb * kBM + my_row);
+                const int row = (tg + 128 * h) / (8 * kRecs);
+                if (row < kBM) it.tok[h] = __ldg(p.sorted_token + it.mb * kBM + row);
             }
         }
         return it;
     };
-    auto claim = [&]() {
-        int id = 0;
-        if (lane == 0) id = atomicAdd(p.work_counter, 1);
-        return id;  // lane 0's value; broadcast when used
-    };
     const u64 policy = evict_first_policy();
-    Item cur{}, nxt{};
-    int claim2 = 0;
-    bool sentinel_sent = false;
-    int pq = 0;
-    if (producer_warp) {
-        int c0 = claim();
-        int c1 = claim();
-        c0 = __shfl_sync(0xffffffffu, c0, 0);
-        c1 = __shfl_sync(0xffffffffu, c1, 0);
-        cur = make_item(c0);
-        nxt = make_item(c1);
-        claim2 = claim();
-    }
+    Item cur = make_item(0);
+    Item nxt = cur;
+    if (my_items > 1) nxt = make_item(1);
+    int pj = 0, pq = 0;
 
-    // Producer warp: issue the copies of the next stage into `slot`.
     auto produce = [&](int slot) {
         const u32 st = gsm + slot * SM::kStage;
         const u32 bar = bars + 8 * slot;
-        if (cur.valid < 0) {  // sentinel stage: no data, just the flag
-            if (lane == 0)
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(0), "r"(0),
-                             "r"(-1), "r"(0)
-                             : "memory");
-            cp_async_mbar_arrive(bar);
-            if (lane == 0) mbar_arrive_expect_tx(bar, 0);
-            sentinel_sent = true;
-            return;
-        }
         const int q0 = pq * kRecs;
-        if (my_row < cur.valid && my_row < kBM) {
-            const __nv_bfloat16* row_src;
-            if constexpr (kMode == 0)
-                row_src = p.x + static_cast<long long>(cur.tok) * p.x_stride;
-            else
-                row_src = p.x + static_cast<long long>(cur.mb * kBM + my_row) * p.x_stride;
-            const u32 row_dst = st + SM::kOffX + my_row * SM::kXStride;
+        const int ntiles = (cur.valid + 7) >> 3;
 #pragma unroll
-            for (int h = 0; h < kCpl; ++h) {
-                const int kc = my_sub + kLpr * h;
+        for (int h = 0; h < kCpt; ++h) {
+            const int c = tg + 128 * h;
+            const int row = c / (8 * kRecs), kc = c % (8 * kRecs);
+            if (c < kChunks && (row >> 3) < ntiles && row < cur.valid) {
                 const int k = q0 * 64 + kc * 8;
                 int bytes = 16;
                 if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - k) * 2));
-                cp_async16(row_dst + kc * 16, bytes ? row_src + k : p.x, bytes);
+                const __nv_bfloat16* src;
+                if constexpr (kMode == 0)
+                    src = p.x + static_cast<long long>(cur.tok[h]) * p.x_stride + k;
+                else
+                    src = p.x + static_cast<long long>(cur.mb * kBM + row) * p.x_stride + k;
+                cp_async16(st + SM::kOffX + row * SM::kXStride + kc * 16, bytes ? src : p.x, bytes);
             }
         }
         cp_async_mbar_arrive(bar);
-        if (lane == 0) {
+        if (producer) {
+            const int m = cur.mask;
             asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(cur.mb),
-                         "r"(cur.valid), "r"(cur.sb), "r"(0)
+                         "r"(cur.valid), "r"(m), "r"(0)
                          : "memory");
             const u8* rec = p.weights + static_cast<u64>(cur.expert) * p.expert_stride +
                             static_cast<u64>(cur.sb * nq + q0) * kRec;
-            mbar_arrive_expect_tx(bar, kRecs * kRec);
-            bulk_g2s_hint(st, rec, kRecs * kRec, bar, policy);
+            if (m == 0xFF) {
+                mbar_arrive_expect_tx(bar, kRecs * kRec);
+                bulk_g2s_hint(st, rec, kRecs * kRec, bar, policy);
+            } else {
+                const int b0 = __ffs(m) - 1, b1 = 32 - __clz(m);
+                mbar_arrive_expect_tx(bar, kRecs * (b1 - b0) * (512 + kScB));
+#pragma unroll
+                for (int j = 0; j < kRecs; ++j) {
+                    bulk_g2s_hint(st + j * kRec + b0 * 512, rec + j * kRec + b0 * 512, (b1 - b0) * 512, bar, policy);
+                    bulk_g2s_hint(st + j * kRec + kWB + b0 * kScB, rec + j * kRec + kWB + b0 * kScB, (b1 - b0) * kScB,
+                                  bar, policy);
+                }
+            }
         }
         if (++pq == nst) {
             pq = 0;
+            ++pj;
             cur = nxt;
-            nxt = make_item(__shfl_sync(0xffffffffu, claim2, 0));
-            claim2 = claim();
+            if (pj + 1 < my_items) nxt = make_item(pj + 1);
         }
     };
 
     // ---- consumer state: warp wig owns row-blocks 2 wig and 2 wig + 1 of each item ----
     float acc[2][kTiles][4];
-    int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0;
-    int c_q = 0;
+    int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0;  // c_act: bit h = row-block 2 wig + h active
+    int c_q = 0, c_j = 0;
     int e_tok[kTiles][2];
     float e_wt[kTiles][2];
     int pend_rb[2] = {-1, -1};  // down: slices whose counters this warp still has to bump
@@ -296,16 +293,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         pend_check = false;
     };
 
-    // Returns false on the sentinel stage.
-    auto consume = [&](int slot) -> bool {
+    auto consume = [&](int slot) {
         const u32 st = gsm + slot * SM::kStage;
         if (c_q == 0) {
             const uint4 meta = lds128(st + SM::kOffMeta);
             c_mb = static_cast<int>(meta.x);
             c_valid = static_cast<int>(meta.y);
-            c_sb = static_cast<int>(meta.z);
-            if (c_valid < 0) return false;
+            c_act = (meta.z >> (2 * wig)) & 3u;
             c_ntiles = (c_valid + 7) >> 3;
+            c_sb = (gs0 + gid + 4 * c_j) - c_mb * nsb;
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -325,7 +321,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         if constexpr (kMode == 1) {
             if (c_q == nst - 1 && pend_check) finish_counters();
         }
-        if (!kSkipMath) {
+        if (c_act && !kSkipMath) {
+            // Both row-blocks are computed whenever the warp is active; an inactive one (only at the
+            // edge of an SM's share) reads stale shared memory and its results are never stored.
 #pragma unroll
             for (int j = 0; j < kRecs; ++j) {
                 const u32 rec = st + j * kRec;
@@ -371,9 +369,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 }
             }
         }
-        if (c_q == nst - 1) {
+        if (c_q == nst - 1 && c_act) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
+                if (!((c_act >> h) & 1)) continue;
                 const int rb = 8 * c_sb + 2 * wig + h;  // row-block within the matrix
                 if constexpr (kMode == 0) {
                     const int col = rb * 8 + g;
@@ -408,27 +407,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 }
             }
         }
-        if (++c_q == nst) c_q = 0;
-        return true;
+        if (++c_q == nst) {
+            c_q = 0;
+            ++c_j;
+        }
     };
 
-    // ---- pipeline: stage i lives in slot i % kStages; its mbarrier phase is (i / kStages) & 1. The
-    // producer warp runs kStages - 1 stages ahead and ends with a sentinel stage. ----
-    if (producer_warp) {
+    // ---- pipeline: stage i lives in slot i % kStages; its mbarrier phase is (i / kStages) & 1 ----
 #pragma unroll 1
-        for (int s = 0; s < kStages - 1 && !sentinel_sent; ++s) produce(s);
-    }
+    for (int s = 0; s < kStages - 1; ++s)
+        if (s < steps) produce(s);
     int slot_c = 0, slot_p = kStages - 1;
     u32 phase = 0;
 #pragma unroll 1
-    for (;;) {
+    for (int i = 0; i < steps; ++i) {
         mbar_wait(bars + 8 * slot_c, phase);
         named_barrier(1 + gid, 128);  // every warp is done with the slot refilled below
-        if (producer_warp && !sentinel_sent) {
-            if (lane == 0) fence_proxy_async();
+        if (i + kStages - 1 < steps) {
+            if (producer) fence_proxy_async();
             produce(slot_p);
         }
-        if (!consume(slot_c)) break;
+        consume(slot_c);
         if (++slot_c == kStages) {
             slot_c = 0;
             phase ^= 1u;

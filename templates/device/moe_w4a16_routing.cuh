@@ -9,7 +9,6 @@
 //          mblock_info [cap] int2      (expert, valid rows in the block)
 //          sorted_token [cap*kBlockM]  token of each row, -1 for padding
 //          sorted_weight [cap*kBlockM] router weight of each row, 0 for padding
-//          work_counters [n]           zeroed (the GEMMs claim their items from them)
 // Rows of one expert are contiguous; their order inside the expert is unspecified.
 // Dynamic shared memory: 2 * E * 4 bytes.
 #pragma once
@@ -31,8 +30,6 @@ struct RoutingParams {
     i32 topk;
     i32 num_experts;
     i32 mblock_cap;  // capacity of mblock_info; blocks beyond it are dropped (the host sizes it so none are)
-    i32* work_counters;  // zeroed here: the item counters of the GEMMs that follow
-    i32 num_work_counters;
 };
 
 template <int kBlockM>
@@ -48,7 +45,6 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     const int slots = p.num_tokens * p.topk;
 
     for (int e = tid; e < E; e += nthr) cnt[e] = 0;
-    if (tid < p.num_work_counters) p.work_counters[tid] = 0;
     __syncthreads();
     for (int s = tid; s < slots; s += nthr) {
         int e = p.topk_ids[s];
