@@ -9,6 +9,8 @@
 // x and weight_packed rows (checked by the launch helper).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include "device/prelude.cuh"
 
 namespace kiln_dev {

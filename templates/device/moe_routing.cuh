@@ -39,6 +39,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     const i32 n = num_tokens * kTopK;
     const i32 sentinel = n;
 
+    #pragma unroll 1
     for (int i = tid; i < kWarps * kExperts; i += kThreads) hist[i] = 0;
     __syncthreads();
 
@@ -49,6 +50,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
 
     // 1. Per-warp histogram of the warp's slice. Lanes holding the same expert form one group; its
     //    lowest lane adds the group size (one writer per expert per step, no atomics needed).
+    #pragma unroll 1
     for (i32 base = lo; base < hi; base += 32) {
         const i32 i = base + lane;
         const i32 e = i < hi ? topk_ids[i] : -1;
@@ -61,8 +63,10 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
 
     // 2. Per expert: exclusive scan over warps (each warp's first row within the expert), the count,
     //    and the count padded to kBlockM.
+    #pragma unroll 1
     for (int e = tid; e < kExperts; e += kThreads) {
         i32 run = 0;
+        #pragma unroll 1
         for (int w = 0; w < kWarps; ++w) {
             const i32 c = hist[w * kExperts + e];
             hist[w * kExperts + e] = run;
@@ -79,6 +83,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     const int e0 = min(kExperts, tid * kPer);
     const int e1 = min(kExperts, e0 + kPer);
     i32 local = 0;
+    #pragma unroll 1
     for (int e = e0; e < e1; ++e) local += offset[e];
     i32 incl = local;
     for (int d = 1; d < 32; d <<= 1) {
@@ -99,6 +104,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     }
     __syncthreads();
     i32 prefix = warp_sums[warp] + incl - local;
+    #pragma unroll 1
     for (int e = e0; e < e1; ++e) {
         const i32 padded = offset[e];
         offset[e] = prefix;
@@ -109,6 +115,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     // 4. Scatter: each warp walks its slice again in order; rank inside the group of equal experts
     //    plus the warp's cursor gives the row.
     const unsigned lanes_below = (1u << lane) - 1u;
+    #pragma unroll 1
     for (i32 base = lo; base < hi; base += 32) {
         const i32 i = base + lane;
         const i32 e = i < hi ? topk_ids[i] : -1;
@@ -124,16 +131,21 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     }
 
     // 5. Padding rows, per-block experts, and the unused tail.
+    #pragma unroll 1
     for (int e = tid; e < kExperts; e += kThreads) {
         const i32 first = offset[e];
         const i32 used = count[e];
         const i32 padded = (used + kBlockM - 1) / kBlockM * kBlockM;
+        #pragma unroll 1
         for (i32 r = first + used; r < first + padded && r < sorted_capacity; ++r) sorted_ids[r] = sentinel;
+        #pragma unroll 1
         for (i32 b = first / kBlockM; b < (first + padded) / kBlockM && b < max_blocks; ++b) block_expert[b] = e;
     }
     // Rows in use: the last expert's first row plus its padded count.
     const i32 used_rows = offset[kExperts - 1] + (count[kExperts - 1] + kBlockM - 1) / kBlockM * kBlockM;
+    #pragma unroll 1
     for (i32 r = used_rows + tid; r < sorted_capacity; r += kThreads) sorted_ids[r] = sentinel;
+    #pragma unroll 1
     for (i32 b = used_rows / kBlockM + tid; b < max_blocks; b += kThreads) block_expert[b] = -1;
 }
 
