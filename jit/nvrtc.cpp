@@ -191,6 +191,7 @@ std::vector<std::string> canonical_options(const Target& target) {
         "--std=c++17",
         "-default-device",
         "--modify-stack-limit=false",
+        "--frandom-seed=kiln",  // deterministic cubins: reproducible prebuilt caches
         "-I<cuda-include>",
         "-I<cccl-include>",
     };
