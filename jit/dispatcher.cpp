@@ -40,8 +40,7 @@ Dispatcher::Dispatcher(DispatcherOptions options)
 
 Dispatcher::~Dispatcher() {
     // Libraries unload in LoadedKernel destructors; keep the context retained until they are gone.
-    std::unique_lock<std::shared_mutex> lock(map_mu_);
-    map_.clear();
+    std::lock_guard<std::mutex> lock(owned_mu_);
     owned_.clear();
 }
 
@@ -59,7 +58,7 @@ Target Dispatcher::device_target() {
 Dispatcher::Stats Dispatcher::stats() const { return {compiles_.load(), store_hits_.load(), loads_.load()}; }
 
 Dispatcher::LoadTiming Dispatcher::timing(const LoadedKernel& k) const {
-    std::shared_lock<std::shared_mutex> lock(map_mu_);
+    std::lock_guard<std::mutex> lock(owned_mu_);
     auto it = timings_.find(&k);
     return it == timings_.end() ? LoadTiming{} : it->second;
 }
@@ -173,18 +172,11 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
 
 const LoadedKernel& Dispatcher::load_slow(const KernelDescriptor& d) {
     const LoadedKernel* k = load_flight_.run(d, [&]() -> const LoadedKernel* {
-        {
-            std::shared_lock<std::shared_mutex> lock(map_mu_);
-            if (auto it = map_.find(d); it != map_.end()) return it->second;
-        }
+        if (const LoadedKernel* hit = map_.find(d)) return hit;
         const Family& f = families_.get(d.family.view());
         const KernelDescriptor c = f.canonicalize(d);
         if (!(c == d)) {
-            std::unique_lock<std::shared_mutex> lock(map_mu_);
-            if (auto it = map_.find(c); it != map_.end()) {
-                map_.emplace(d, it->second);
-                return it->second;
-            }
+            if (const LoadedKernel* hit = map_.find(c)) return map_.insert(d, hit);
         }
         runtime::Context& ctx = context();  // throws NoDevice before any compile work
 
@@ -208,14 +200,15 @@ const LoadedKernel& Dispatcher::load_slow(const KernelDescriptor& d) {
         timing.load_ms = ms_since(t1);
         loads_.fetch_add(1, std::memory_order_relaxed);
 
-        std::unique_lock<std::shared_mutex> lock(map_mu_);
-        auto [it, inserted] = map_.emplace(c, lk.get());
-        if (inserted) {
-            timings_.emplace(lk.get(), timing);
+        const LoadedKernel* mine = lk.get();
+        {
+            std::lock_guard<std::mutex> lock(owned_mu_);
+            timings_.emplace(mine, timing);
             owned_.push_back(std::move(lk));
         }
-        map_.emplace(d, it->second);
-        return it->second;
+        // Another request (through a different non-canonical descriptor) may have loaded it first.
+        const LoadedKernel* winner = map_.insert(c, mine);
+        return map_.insert(d, winner);
     });
     return *k;
 }

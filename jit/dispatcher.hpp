@@ -1,7 +1,8 @@
 // Dispatcher: KernelDescriptor -> loaded kernel, memoised for the life of the process.
 //
-// get(d) on a hit is one lookup of the POD descriptor in an in-process map under a shared lock: no
-// source generation, hashing of source or string formatting. On a miss:
+// get(d) on a hit is one lock-free lookup of the POD descriptor in an in-process map (a byte hash of
+// the descriptor, atomic loads, a byte compare): no source generation, hashing of source or string
+// formatting. On a miss:
 //   canonicalize -> generate the recipe -> content key (jit/kernel_key.hpp) -> store.get
 //   -> (per-key lease -> store.get again -> NVRTC compile -> store.put) -> cuLibraryLoadData
 //   -> cuLibraryGetKernel -> opt into the family's dynamic shared memory -> insert.
@@ -17,13 +18,13 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cache/store.hpp"
 #include "jit/descriptor.hpp"
+#include "jit/descriptor_map.hpp"
 #include "jit/family.hpp"
 #include "jit/kernel_key.hpp"
 #include "jit/loaded_kernel.hpp"
@@ -67,11 +68,7 @@ public:
     // InvalidArgument for a descriptor its family rejects, CompileError / ToolkitNotFound when it
     // must compile and cannot.
     const LoadedKernel& get(const KernelDescriptor& d) {
-        {
-            std::shared_lock<std::shared_mutex> lock(map_mu_);
-            auto it = map_.find(d);
-            if (it != map_.end()) [[likely]] return *it->second;
-        }
+        if (const LoadedKernel* k = map_.find(d)) [[likely]] return *k;
         return load_slow(d);
     }
 
@@ -112,8 +109,8 @@ private:
     const FamilyRegistry& families_;
     const TemplateStore& templates_;
 
-    mutable std::shared_mutex map_mu_;
-    std::unordered_map<KernelDescriptor, const LoadedKernel*, DescriptorHash> map_;
+    DescriptorMap<const LoadedKernel> map_;  // requested and canonical descriptors -> owned_ entries
+    mutable std::mutex owned_mu_;
     std::vector<std::unique_ptr<LoadedKernel>> owned_;
     std::unordered_map<const LoadedKernel*, LoadTiming> timings_;
 

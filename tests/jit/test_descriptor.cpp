@@ -3,9 +3,11 @@
 
 #include <cstdlib>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "jit/descriptor.hpp"
+#include "jit/descriptor_map.hpp"
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
 #include "jit/kernel_key.hpp"
@@ -188,4 +190,40 @@ TEST_CASE("compiler identity: pinned by KILN_NVRTC_VERSION, else the build's, wi
     CHECK_THROWS_AS(compiler_identity(), kiln::InvalidArgument);
     unsetenv("KILN_NVRTC_VERSION");
     CHECK_FALSE(Nvrtc::is_loaded());
+}
+
+TEST_CASE("descriptor map: lookups while other threads insert and the table grows") {
+    DescriptorMap<const int> map;
+    std::vector<int> values(2000);
+    std::vector<KernelDescriptor> keys;
+    for (int i = 0; i < 2000; ++i) {
+        values[i] = i;
+        keys.push_back(MoeRoutingFamily::descriptor(1 + i % 1000, 1, i < 1000 ? k_h200 : Target::sm(80)));
+    }
+    CHECK(map.find(keys[0]) == nullptr);
+    std::atomic<bool> done{false};
+    std::atomic<int> wrong{0};
+    std::thread reader([&] {
+        while (!done.load()) {
+            for (int i = 0; i < 2000; i += 7) {
+                const int* v = map.find(keys[i]);
+                if (v != nullptr && *v != i) wrong.fetch_add(1);
+            }
+        }
+    });
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w)
+        writers.emplace_back([&, w] {
+            for (int i = w; i < 2000; i += 2) map.insert(keys[i], &values[i]);
+        });
+    for (auto& t : writers) t.join();
+    done.store(true);
+    reader.join();
+    CHECK(wrong.load() == 0);
+    CHECK(map.size() == 2000);
+    int found = 0;
+    for (int i = 0; i < 2000; ++i) found += map.find(keys[i]) == &values[i];
+    CHECK(found == 2000);
+    int other = -1;
+    CHECK(map.insert(keys[5], &other) == &values[5]);  // first insert wins
 }
