@@ -4,14 +4,24 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "jit/jit_cli.hpp"
 #include "kiln_config.h"
+#include "model/model_cli.hpp"
 #include "runtime/error.hpp"
+#include "serving/info_cli.hpp"
 
 int main(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     app.set_version_flag("--version", KILN_VERSION);
+    kiln::model::add_model_commands(app);
     app.require_subcommand(1);
     app.fallthrough();
+
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+    kiln::serving::add_info_command(app);
+    kiln::jit::add_jit_commands(app);
+    kiln::jit::add_jit_bench(*bench);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,618 @@
+#include "model/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/log.hpp"
+
+namespace kiln::model {
+
+using nlohmann::json;
+
+namespace {
+
+// Joins strings with a separator (fmt::join trips a GCC 12 false positive warning).
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += sep;
+        s += v[i];
+    }
+    return s;
+}
+
+// Keys of a kimi_linear config that kiln reads nowhere but knows to be harmless for the forward pass.
+const std::set<std::string> kIgnoredKeys = {
+    "_name_or_path", "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version",
+    "initializer_range", "use_cache", "rope_theta", "rope_scaling", "head_dim", "model_max_length",
+    "attention_dropout", "attention_bias", "output_router_logits", "router_aux_loss_coef",
+    "aux_loss_alpha", "seq_aux", "pretraining_tp", "media_placeholder_token_id", "image_placeholder",
+    "return_dict", "output_hidden_states", "output_attentions", "chunk_size_feed_forward",
+    "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type",
+};
+
+// Reads fields of one JSON object, naming `path.key` in every error and remembering which keys it saw.
+class Fields {
+public:
+    Fields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
+        if (!obj_.is_object()) fail_at(path_.empty() ? "config" : path_.substr(0, path_.size() - 1),
+                                       "expected a JSON object");
+    }
+
+    std::string name(const std::string& key) const { return path_ + key; }
+
+    [[noreturn]] void fail(const std::string& key, const std::string& why) const { fail_at(name(key), why); }
+    [[noreturn]] static void fail_at(const std::string& field, const std::string& why) {
+        throw ConfigError(fmt::format("{}: {}", field, why));
+    }
+
+    const json* find(const std::string& key) {
+        used_.insert(key);
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool explicit_null(const std::string& key) {
+        used_.insert(key);
+        auto it = obj_.find(key);
+        return it != obj_.end() && it->is_null();
+    }
+    const json& need(const std::string& key) {
+        const json* v = find(key);
+        if (!v) fail(key, "missing");
+        return *v;
+    }
+
+    static std::string show(const json& v) {
+        std::string s = v.dump();
+        return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+    }
+
+    int64_t as_int(const std::string& key, const json& v) const {
+        if (v.is_number_integer()) return v.get<int64_t>();
+        if (v.is_number_float()) {
+            double d = v.get<double>();
+            if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
+        }
+        fail(key, fmt::format("expected an integer, got {}", show(v)));
+    }
+    int positive_int(const std::string& key) {
+        int64_t x = as_int(key, need(key));
+        if (x <= 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a positive integer, got {}", x));
+        return int(x);
+    }
+    int nonneg_int(const std::string& key, std::optional<int> fallback = std::nullopt) {
+        const json* v = find(key);
+        if (!v) {
+            if (fallback) return *fallback;
+            fail(key, "missing");
+        }
+        int64_t x = as_int(key, *v);
+        if (x < 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a non-negative integer, got {}", x));
+        return int(x);
+    }
+    std::optional<int> optional_positive_int(const std::string& key) {
+        if (!find(key)) return std::nullopt;
+        return positive_int(key);
+    }
+    std::optional<int64_t> optional_token_id(const std::string& key) {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        int64_t x = as_int(key, *v);
+        if (x < 0) fail(key, fmt::format("expected a token id ≥ 0, got {}", x));
+        return x;
+    }
+    bool boolean(const std::string& key, std::optional<bool> fallback = std::nullopt) {
+        const json* v = find(key);
+        if (!v) {
+            if (fallback) return *fallback;
+            fail(key, "missing");
+        }
+        if (!v->is_boolean()) fail(key, fmt::format("expected true or false, got {}", show(*v)));
+        return v->get<bool>();
+    }
+    std::optional<float> optional_number(const std::string& key) {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        if (!v->is_number()) fail(key, fmt::format("expected a number, got {}", show(*v)));
+        double d = v->get<double>();
+        if (!std::isfinite(d)) fail(key, fmt::format("expected a finite number, got {}", show(*v)));
+        return float(d);
+    }
+    float number(const std::string& key, std::optional<float> fallback = std::nullopt) {
+        auto v = optional_number(key);
+        if (v) return *v;
+        if (fallback) return *fallback;
+        fail(key, "missing");
+    }
+    std::optional<std::string> optional_string(const std::string& key) {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        if (!v->is_string()) fail(key, fmt::format("expected a string, got {}", show(*v)));
+        return v->get<std::string>();
+    }
+    std::string string(const std::string& key) {
+        auto v = optional_string(key);
+        if (!v) fail(key, "missing");
+        return *v;
+    }
+
+    // Keys present in the object that nobody read and that are not known to be harmless.
+    void check_unknown(const ParseOptions& opts) const {
+        std::vector<std::string> unknown;
+        for (auto it = obj_.begin(); it != obj_.end(); ++it)
+            if (!used_.count(it.key()) && !kIgnoredKeys.count(it.key())) unknown.push_back(path_ + it.key());
+        if (unknown.empty()) return;
+        if (opts.strict)
+            throw ConfigError(fmt::format("{}: unknown field{} (strict mode)", join(unknown, ", "),
+                                          unknown.size() > 1 ? "s" : ""));
+        log::warn("config: ignoring unknown field{} {}", unknown.size() > 1 ? "s" : "", join(unknown, ", "));
+    }
+
+private:
+    const json& obj_;
+    std::string path_;
+    std::set<std::string> used_;
+};
+
+std::vector<int> layer_list(Fields& f, const std::string& key) {
+    const json& v = f.need(key);
+    if (!v.is_array()) f.fail(key, fmt::format("expected a list of 1-based layer numbers, got {}", Fields::show(v)));
+    std::vector<int> out;
+    for (const auto& e : v) {
+        if (!e.is_number_integer()) f.fail(key, fmt::format("expected integers, got {}", Fields::show(e)));
+        out.push_back(int(e.get<int64_t>()));
+    }
+    return out;
+}
+
+ExpertFormat parse_quantization(const json& q, const std::string& path) {
+    Fields f(q, path);
+    std::string method = f.string("quant_method");
+    if (method != "compressed-tensors")
+        f.fail("quant_method", fmt::format("'{}' is not supported (only compressed-tensors)", method));
+    std::optional<std::string> format = f.optional_string("format");
+    const json* groups = f.find("config_groups");
+    if (!groups || !groups->is_object() || groups->empty())
+        f.fail("config_groups", "expected an object with at least one quantisation group");
+    ExpertFormat result = ExpertFormat::bf16;
+    bool first = true;
+    for (auto it = groups->begin(); it != groups->end(); ++it) {
+        const std::string gpath = path + "config_groups." + it.key() + ".";
+        Fields g(it.value(), gpath);
+        std::optional<std::string> gformat = g.optional_string("format");
+        std::string fmt_name = gformat ? *gformat : format.value_or("");
+        if (fmt_name.empty()) f.fail("format", "missing (neither the quantization_config nor the group names one)");
+        ExpertFormat gf;
+        if (fmt_name == "pack-quantized") {
+            gf = ExpertFormat::int4_g32;
+        } else if (fmt_name == "mxfp4-pack-quantized") {
+            gf = ExpertFormat::mxfp4_g32;
+        } else {
+            (gformat ? g : f).fail("format", fmt::format(
+                "'{}' is not supported (pack-quantized INT4 or mxfp4-pack-quantized)", fmt_name));
+        }
+        Fields w(g.need("weights"), gpath + "weights.");
+        int bits = w.positive_int("num_bits");
+        if (bits != 4) w.fail("num_bits", fmt::format("{} is not supported (4-bit only)", bits));
+        int group = w.positive_int("group_size");
+        if (group != kExpertGroupSize)
+            w.fail("group_size", fmt::format("{} is not supported (group size 32 only)", group));
+        if (auto strategy = w.optional_string("strategy"); strategy && *strategy != "group")
+            w.fail("strategy", fmt::format("'{}' is not supported (group only)", *strategy));
+        auto type = w.optional_string("type");
+        if (gf == ExpertFormat::int4_g32) {
+            if (type && *type != "int") w.fail("type", fmt::format("'{}' does not match pack-quantized (int)", *type));
+            if (!w.boolean("symmetric", true)) w.fail("symmetric", "asymmetric INT4 (zero points) is not supported");
+        } else if (type && *type != "float") {
+            w.fail("type", fmt::format("'{}' does not match mxfp4-pack-quantized (float)", *type));
+        }
+        if (!first && gf != result)
+            f.fail("config_groups", "groups use different weight formats");
+        result = gf;
+        first = false;
+    }
+    return result;
+}
+
+// A float written as its shortest decimal (1e-05, not 9.999999747378752e-06).
+json num(float v) { return json(std::stod(fmt::format("{}", v))); }
+
+void check(bool ok, const std::string& field, const std::string& why) {
+    if (!ok) throw ConfigError(fmt::format("{}: {}", field, why));
+}
+
+std::string text_prefix(const ModelConfig& c) { return c.layout == TensorLayout::k3 ? "text_config." : ""; }
+
+void validate(const ModelConfig& c, const std::string& p) {
+    check(c.hidden_size > 0, p + "hidden_size", "must be positive");
+    check(c.num_layers > 0, p + "num_hidden_layers", "must be positive");
+    check(c.vocab_size > 0, p + "vocab_size", "must be positive");
+    check(c.rms_norm_eps > 0.0f, p + "rms_norm_eps", "must be positive");
+    check(int(c.layer_kinds.size()) == c.num_layers, p + "linear_attn_config",
+          fmt::format("layer lists cover {} layers, num_hidden_layers is {}", c.layer_kinds.size(), c.num_layers));
+
+    const std::string la = p + "linear_attn_config.";
+    if (c.num_kda_layers() > 0) {
+        check(c.kda.num_heads > 0, la + "num_heads", "must be positive");
+        check(c.kda.head_dim > 0, la + "head_dim", "must be positive");
+        check(c.kda.conv_size >= 1 && c.kda.conv_size <= 16, la + "short_conv_kernel_size",
+              fmt::format("{} is out of range [1, 16]", c.kda.conv_size));
+    }
+    if (c.kda.gate_lower_bound)
+        check(*c.kda.gate_lower_bound < 0.0f, la + "gate_lower_bound",
+              fmt::format("must be negative, got {}", *c.kda.gate_lower_bound));
+
+    if (c.num_mla_layers() > 0) {
+        check(c.mla.num_heads > 0, p + "num_attention_heads", "must be positive");
+        check(c.mla.kv_lora_rank > 0, p + "kv_lora_rank", "must be positive");
+        check(c.mla.qk_nope_head_dim > 0, p + "qk_nope_head_dim", "must be positive");
+        check(c.mla.qk_rope_head_dim >= 0, p + "qk_rope_head_dim", "must not be negative");
+        check(c.mla.v_head_dim > 0, p + "v_head_dim", "must be positive");
+        check(!c.mla.q_lora_rank || *c.mla.q_lora_rank > 0, p + "q_lora_rank", "must be positive or null");
+        check(c.mla.use_nope, p + "mla_use_nope", "false (rotary MLA) is not supported; K3 and Kimi-Linear use NoPE");
+    }
+
+    check(c.moe.first_k_dense_replace >= 0 && c.moe.first_k_dense_replace <= c.num_layers,
+          p + "first_k_dense_replace", fmt::format("{} is outside [0, {}]", c.moe.first_k_dense_replace, c.num_layers));
+    if (c.moe.first_k_dense_replace > 0)
+        check(c.intermediate_size > 0, p + "intermediate_size", "must be positive (dense layers exist)");
+    if (c.moe.first_k_dense_replace < c.num_layers) {
+        const auto& m = c.moe;
+        check(m.num_experts > 0, p + "num_experts", "must be positive");
+        check(m.top_k > 0 && m.top_k <= m.num_experts, p + "num_experts_per_token",
+              fmt::format("{} is outside [1, num_experts = {}]", m.top_k, m.num_experts));
+        check(m.moe_intermediate_size > 0, p + "moe_intermediate_size", "must be positive");
+        check(m.num_shared_experts >= 0, p + "num_shared_experts", "must not be negative");
+        check(!m.routed_expert_hidden_size || *m.routed_expert_hidden_size > 0, p + "routed_expert_hidden_size",
+              "must be positive or absent");
+        check(!m.latent_moe_use_norm || m.routed_expert_hidden_size, p + "latent_moe_use_norm",
+              "true needs routed_expert_hidden_size (the latent the norm applies to)");
+        const auto& r = m.router;
+        check(r.num_expert_group >= 1 && m.num_experts % r.num_expert_group == 0, p + "num_expert_group",
+              fmt::format("{} does not divide num_experts = {}", r.num_expert_group, m.num_experts));
+        check(r.topk_group >= 1 && r.topk_group <= r.num_expert_group, p + "topk_group",
+              fmt::format("{} is outside [1, num_expert_group = {}]", r.topk_group, r.num_expert_group));
+        check(m.top_k <= r.topk_group * (m.num_experts / r.num_expert_group), p + "num_experts_per_token",
+              "exceeds the experts in the selected groups");
+        check(r.routed_scaling_factor > 0.0f, p + "routed_scaling_factor", "must be positive");
+        if (c.expert_format != ExpertFormat::bf16) {
+            check(c.expert_in_dim() % kExpertGroupSize == 0,
+                  p + (m.routed_expert_hidden_size ? "routed_expert_hidden_size" : "hidden_size"),
+                  fmt::format("{} is not a multiple of the quantisation group size 32", c.expert_in_dim()));
+            check(m.moe_intermediate_size % kExpertGroupSize == 0, p + "moe_intermediate_size",
+                  fmt::format("{} is not a multiple of the quantisation group size 32", m.moe_intermediate_size));
+        }
+    }
+    if (c.hidden_act == Activation::situ) {
+        check(c.situ_beta > 0.0f, p + "activation_situ_beta", "must be positive");
+        check(!c.situ_linear_beta || *c.situ_linear_beta > 0.0f, p + "activation_situ_linear_beta",
+              "must be positive or null");
+    }
+    check(!c.attn_res_block_size || *c.attn_res_block_size > 0, p + "attn_res_block_size", "must be positive");
+    auto check_id = [&](const std::optional<int64_t>& id, const char* key) {
+        if (id) check(*id < c.vocab_size, key, fmt::format("{} is not below vocab_size = {}", *id, c.vocab_size));
+    };
+    check_id(c.bos_token_id, "bos_token_id");
+    check_id(c.pad_token_id, "pad_token_id");
+    for (int64_t id : c.eos_token_ids) check_id(id, "eos_token_id");
+}
+
+void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
+    c.hidden_size = f.positive_int("hidden_size");
+    c.num_layers = f.positive_int("num_hidden_layers");
+    c.vocab_size = f.positive_int("vocab_size");
+    c.rms_norm_eps = f.number("rms_norm_eps", 1e-5f);
+    c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+    if (const json* v = f.find("max_position_embeddings")) c.max_position_embeddings = f.as_int("max_position_embeddings", *v);
+
+    c.bos_token_id = f.optional_token_id("bos_token_id");
+    c.pad_token_id = f.optional_token_id("pad_token_id");
+    if (const json* v = f.find("eos_token_id")) {
+        if (v->is_array()) {
+            for (const auto& e : *v) c.eos_token_ids.push_back(f.as_int("eos_token_id", e));
+        } else {
+            c.eos_token_ids.push_back(f.as_int("eos_token_id", *v));
+        }
+    }
+
+    // Activation.
+    std::string act = f.optional_string("hidden_act").value_or("silu");
+    if (act == "silu" || act == "swiglu") c.hidden_act = Activation::silu;
+    else if (act == "situ") c.hidden_act = Activation::situ;
+    else f.fail("hidden_act", fmt::format("'{}' is not supported (silu or situ)", act));
+    c.situ_beta = f.number("activation_situ_beta", 4.0f);
+    if (f.explicit_null("activation_situ_linear_beta")) c.situ_linear_beta.reset();
+    else c.situ_linear_beta = f.number("activation_situ_linear_beta", 25.0f);
+
+    // KDA.
+    {
+        Fields la(f.need("linear_attn_config"), f.name("linear_attn_config."));
+        std::vector<int> kda = layer_list(la, "kda_layers");
+        std::vector<int> full = layer_list(la, "full_attn_layers");
+        c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
+        std::vector<int> seen(size_t(c.num_layers), 0);
+        auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
+            for (int l1 : list) {
+                if (l1 < 1 || l1 > c.num_layers)
+                    la.fail(key, fmt::format("layer {} is outside 1..{} (the lists are 1-based)", l1, c.num_layers));
+                if (seen[size_t(l1 - 1)]++)
+                    la.fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or repeated)", l1));
+                c.layer_kinds[size_t(l1 - 1)] = kind;
+            }
+        };
+        mark(kda, "kda_layers", LayerKind::kda);
+        mark(full, "full_attn_layers", LayerKind::mla);
+        for (int l = 0; l < c.num_layers; ++l)
+            if (!seen[size_t(l)])
+                la.fail("kda_layers", fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1));
+        if (!kda.empty()) {
+            c.kda.num_heads = la.positive_int("num_heads");
+            c.kda.head_dim = la.positive_int("head_dim");
+        } else {
+            c.kda.num_heads = la.nonneg_int("num_heads", 0);
+            c.kda.head_dim = la.nonneg_int("head_dim", 0);
+        }
+        c.kda.conv_size = la.nonneg_int("short_conv_kernel_size", 4);
+        c.kda.gate_lower_bound = la.optional_number("gate_lower_bound");
+        c.kda.use_full_rank_gate = la.boolean("use_full_rank_gate", false);
+        la.check_unknown(opts);
+    }
+
+    // MLA.
+    bool any_mla = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::mla) > 0;
+    if (any_mla) {
+        c.mla.num_heads = f.positive_int("num_attention_heads");
+        if (f.find("num_key_value_heads")) {
+            int kv = f.positive_int("num_key_value_heads");
+            if (kv != c.mla.num_heads)
+                f.fail("num_key_value_heads", fmt::format("{} differs from num_attention_heads = {} (MLA has one KV head per query head)",
+                                                           kv, c.mla.num_heads));
+        }
+        c.mla.q_lora_rank = f.optional_positive_int("q_lora_rank");
+        c.mla.kv_lora_rank = f.positive_int("kv_lora_rank");
+        c.mla.qk_nope_head_dim = f.positive_int("qk_nope_head_dim");
+        c.mla.qk_rope_head_dim = f.nonneg_int("qk_rope_head_dim");
+        c.mla.v_head_dim = f.positive_int("v_head_dim");
+    } else {
+        for (const char* k : {"num_attention_heads", "num_key_value_heads", "q_lora_rank", "kv_lora_rank",
+                              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+            f.find(k);
+    }
+    c.mla.use_nope = f.boolean("mla_use_nope", false);
+    c.mla.use_output_gate = f.boolean("mla_use_output_gate", false);
+
+    // MoE.
+    c.moe.first_k_dense_replace = f.nonneg_int("first_k_dense_replace", 0);
+    if (c.moe.first_k_dense_replace > 0) c.intermediate_size = f.positive_int("intermediate_size");
+    else c.intermediate_size = f.nonneg_int("intermediate_size", 0);
+    if (c.moe.first_k_dense_replace < c.num_layers) {
+        c.moe.num_experts = f.positive_int("num_experts");
+        c.moe.top_k = f.positive_int("num_experts_per_token");
+        c.moe.moe_intermediate_size = f.positive_int("moe_intermediate_size");
+    } else {
+        c.moe.num_experts = f.nonneg_int("num_experts", 0);
+        c.moe.top_k = f.nonneg_int("num_experts_per_token", 0);
+        c.moe.moe_intermediate_size = f.nonneg_int("moe_intermediate_size", 0);
+    }
+    c.moe.num_shared_experts = f.nonneg_int("num_shared_experts", 0);
+    c.moe.routed_expert_hidden_size = f.optional_positive_int("routed_expert_hidden_size");
+    c.moe.latent_moe_use_norm = f.boolean("latent_moe_use_norm", false);
+    if (int freq = f.nonneg_int("moe_layer_freq", 1); freq != 1)
+        f.fail("moe_layer_freq", fmt::format("{} is not supported (every layer after first_k_dense_replace is MoE)", freq));
+    if (int mtp = f.nonneg_int("num_nextn_predict_layers", 0); mtp != 0)
+        f.fail("num_nextn_predict_layers", fmt::format("{} multi-token-prediction layers are not supported", mtp));
+
+    auto& r = c.moe.router;
+    std::string ract = f.optional_string("moe_router_activation_func").value_or("sigmoid");
+    if (ract != "sigmoid")
+        f.fail("moe_router_activation_func", fmt::format("'{}' is not supported (sigmoid only)", ract));
+    r.activation = RouterActivation::sigmoid;
+    std::string topk_method = f.optional_string("topk_method").value_or("noaux_tc");
+    if (topk_method == "noaux_tc") r.use_correction_bias = true;
+    else if (topk_method == "greedy") r.use_correction_bias = false;
+    else f.fail("topk_method", fmt::format("'{}' is not supported (noaux_tc or greedy)", topk_method));
+    r.renormalize = f.boolean("moe_renormalize", true);
+    r.routed_scaling_factor = f.number("routed_scaling_factor", 1.0f);
+    bool grouped = f.boolean("use_grouped_topk", false);
+    r.num_expert_group = f.nonneg_int("num_expert_group", 1);
+    r.topk_group = f.nonneg_int("topk_group", 1);
+    if (!grouped) r.num_expert_group = r.topk_group = 1;
+
+    // Residual.
+    c.attn_res_block_size = f.optional_positive_int("attn_res_block_size");
+}
+
+}  // namespace
+
+int ModelConfig::num_kda_layers() const {
+    return int(std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::kda));
+}
+int ModelConfig::num_mla_layers() const {
+    return int(std::count(layer_kinds.begin(), layer_kinds.end(), LayerKind::mla));
+}
+
+std::string_view layer_kind_name(LayerKind k) { return k == LayerKind::kda ? "kda" : "mla"; }
+
+ModelConfig parse_config(const json& j, const ParseOptions& opts) {
+    if (!j.is_object()) throw ConfigError("config: expected a JSON object");
+    ModelConfig c;
+    auto mt = j.find("model_type");
+    if (mt == j.end() || !mt->is_string()) throw ConfigError("model_type: missing (kimi_k3 or kimi_linear expected)");
+    c.model_type = mt->get<std::string>();
+
+    const json* quant = nullptr;
+    std::string quant_path;
+    if (c.model_type == "kimi_k3") {
+        c.layout = TensorLayout::k3;
+        auto tc = j.find("text_config");
+        if (tc == j.end() || !tc->is_object()) throw ConfigError("text_config: missing (kimi_k3 nests the decoder config)");
+        Fields f(*tc, "text_config.");
+        std::string inner = f.optional_string("model_type").value_or("");
+        if (inner != "kimi_linear")
+            f.fail("model_type", fmt::format("'{}' is not supported (kimi_linear expected)", inner));
+        parse_text_config(c, f, opts);
+        if (auto it = tc->find("quantization_config"); it != tc->end() && !it->is_null()) {
+            quant = &*it;
+            quant_path = "text_config.quantization_config.";
+        }
+        f.find("quantization_config");
+        f.check_unknown(opts);
+        // Special ids on the wrapper win over the decoder's.
+        Fields top(j, "");
+        if (auto v = top.optional_token_id("bos_token_id")) c.bos_token_id = v;
+        if (auto v = top.optional_token_id("pad_token_id")) c.pad_token_id = v;
+        if (const json* v = top.find("eos_token_id")) {
+            c.eos_token_ids.clear();
+            if (v->is_array()) for (const auto& e : *v) c.eos_token_ids.push_back(top.as_int("eos_token_id", e));
+            else c.eos_token_ids.push_back(top.as_int("eos_token_id", *v));
+        }
+        if (const json* v = top.find("tie_word_embeddings")) {
+            if (!v->is_boolean()) top.fail("tie_word_embeddings", "expected true or false");
+            c.tie_word_embeddings = c.tie_word_embeddings || v->get<bool>();
+        }
+    } else if (c.model_type == "kimi_linear") {
+        c.layout = TensorLayout::kimi_linear;
+        Fields f(j, "");
+        f.find("model_type");
+        parse_text_config(c, f, opts);
+        f.find("quantization_config");
+        f.check_unknown(opts);
+    } else {
+        throw ConfigError(fmt::format("model_type: '{}' is not supported (kimi_k3 or kimi_linear)", c.model_type));
+    }
+    if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+        quant = &*it;
+        quant_path = "quantization_config.";
+    }
+    c.expert_format = quant ? parse_quantization(*quant, quant_path) : ExpertFormat::bf16;
+    validate(c, text_prefix(c));
+    return c;
+}
+
+ModelConfig load_config(const std::filesystem::path& dir_or_file, const ParseOptions& opts) {
+    std::filesystem::path file = dir_or_file;
+    if (std::filesystem::is_directory(file)) file /= "config.json";
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw IoError(fmt::format("{}: cannot open", file.string()));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j;
+    try {
+        j = json::parse(ss.str());
+    } catch (const json::parse_error& e) {
+        throw ConfigError(fmt::format("{}: not valid JSON ({})", file.string(), e.what()));
+    }
+    try {
+        return parse_config(j, opts);
+    } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("{}: {}", file.string(), e.what()));
+    }
+}
+
+void validate_config(const ModelConfig& c) { validate(c, text_prefix(c)); }
+
+json to_json(const ModelConfig& c) {
+    json t = json::object();
+    t["model_type"] = "kimi_linear";
+    t["architectures"] = json::array({"KimiLinearForCausalLM"});
+    t["hidden_size"] = c.hidden_size;
+    t["num_hidden_layers"] = c.num_layers;
+    t["vocab_size"] = c.vocab_size;
+    t["rms_norm_eps"] = num(c.rms_norm_eps);
+    t["tie_word_embeddings"] = c.tie_word_embeddings;
+    if (c.max_position_embeddings > 0) t["max_position_embeddings"] = c.max_position_embeddings;
+    if (c.bos_token_id) t["bos_token_id"] = *c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) t["eos_token_id"] = c.eos_token_ids[0];
+    else if (!c.eos_token_ids.empty()) t["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id) t["pad_token_id"] = *c.pad_token_id;
+    t["hidden_act"] = c.hidden_act == Activation::situ ? "situ" : "silu";
+    if (c.hidden_act == Activation::situ) {
+        t["activation_situ_beta"] = num(c.situ_beta);
+        t["activation_situ_linear_beta"] = c.situ_linear_beta ? num(*c.situ_linear_beta) : json(nullptr);
+    }
+
+    json la = json::object();
+    std::vector<int> kda, full;
+    for (int l = 0; l < int(c.layer_kinds.size()); ++l)
+        (c.layer_kinds[size_t(l)] == LayerKind::kda ? kda : full).push_back(l + 1);
+    la["kda_layers"] = kda;
+    la["full_attn_layers"] = full;
+    la["num_heads"] = c.kda.num_heads;
+    la["head_dim"] = c.kda.head_dim;
+    la["short_conv_kernel_size"] = c.kda.conv_size;
+    if (c.kda.gate_lower_bound) la["gate_lower_bound"] = num(*c.kda.gate_lower_bound);
+    la["use_full_rank_gate"] = c.kda.use_full_rank_gate;
+    t["linear_attn_config"] = la;
+
+    t["num_attention_heads"] = c.mla.num_heads;
+    t["num_key_value_heads"] = c.mla.num_heads;
+    t["q_lora_rank"] = c.mla.q_lora_rank ? json(*c.mla.q_lora_rank) : json(nullptr);
+    t["kv_lora_rank"] = c.mla.kv_lora_rank;
+    t["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+    t["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+    t["v_head_dim"] = c.mla.v_head_dim;
+    t["mla_use_nope"] = c.mla.use_nope;
+    t["mla_use_output_gate"] = c.mla.use_output_gate;
+
+    t["first_k_dense_replace"] = c.moe.first_k_dense_replace;
+    t["intermediate_size"] = c.intermediate_size;
+    t["num_experts"] = c.moe.num_experts;
+    t["num_experts_per_token"] = c.moe.top_k;
+    t["num_shared_experts"] = c.moe.num_shared_experts;
+    t["moe_intermediate_size"] = c.moe.moe_intermediate_size;
+    if (c.moe.routed_expert_hidden_size) t["routed_expert_hidden_size"] = *c.moe.routed_expert_hidden_size;
+    t["latent_moe_use_norm"] = c.moe.latent_moe_use_norm;
+    t["moe_layer_freq"] = 1;
+    t["moe_router_activation_func"] = "sigmoid";
+    t["topk_method"] = c.moe.router.use_correction_bias ? "noaux_tc" : "greedy";
+    t["moe_renormalize"] = c.moe.router.renormalize;
+    t["routed_scaling_factor"] = num(c.moe.router.routed_scaling_factor);
+    t["use_grouped_topk"] = c.moe.router.num_expert_group > 1;
+    t["num_expert_group"] = c.moe.router.num_expert_group;
+    t["topk_group"] = c.moe.router.topk_group;
+    t["num_nextn_predict_layers"] = 0;
+    if (c.attn_res_block_size) t["attn_res_block_size"] = *c.attn_res_block_size;
+    t["torch_dtype"] = "bfloat16";
+
+    json quant = nullptr;
+    if (c.expert_format != ExpertFormat::bf16) {
+        bool mx = c.expert_format == ExpertFormat::mxfp4_g32;
+        json weights = {{"num_bits", 4}, {"type", mx ? "float" : "int"}, {"strategy", "group"},
+                        {"group_size", kExpertGroupSize}, {"symmetric", true}, {"dynamic", false}};
+        std::string format = mx ? "mxfp4-pack-quantized" : "pack-quantized";
+        std::string prefix = c.layout == TensorLayout::k3 ? "language_model." : "";
+        quant = {
+            {"quant_method", "compressed-tensors"},
+            {"format", format},
+            {"quantization_status", "compressed"},
+            {"config_groups", {{"group_0", {{"targets", json::array({"Linear"})}, {"weights", weights}, {"format", format}}}}},
+            {"ignore", json::array({prefix + "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\..*",
+                                    "re:.*block_sparse_moe\\.gate$", "re:.*routed_expert_(down|up)_proj$"})},
+        };
+    }
+
+    if (c.layout == TensorLayout::kimi_linear) {
+        if (!quant.is_null()) t["quantization_config"] = quant;
+        return t;
+    }
+    json top = json::object();
+    top["model_type"] = "kimi_k3";
+    top["architectures"] = json::array({"KimiK3ForConditionalGeneration"});
+    if (c.bos_token_id) top["bos_token_id"] = *c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) top["eos_token_id"] = c.eos_token_ids[0];
+    else if (!c.eos_token_ids.empty()) top["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id) top["pad_token_id"] = *c.pad_token_id;
+    top["tie_word_embeddings"] = c.tie_word_embeddings;
+    top["text_config"] = t;
+    if (!quant.is_null()) top["quantization_config"] = quant;
+    return top;
+}
+
+}  // namespace kiln::model
