@@ -2,10 +2,12 @@
 //
 // Layers, searched in order: prebuilt read-only layers (opened immutable=1; their signed manifest
 // is verified at open and every blob is re-hashed before it is returned), then the per-user layer
-// (WAL, node-local). Writes go to the user layer only: compile outside any transaction, then
-// INSERT OR IGNORE inside BEGIN IMMEDIATE. A damaged user DB is moved aside and rebuilt; a full
-// disk disables caching with one warning. Host object code is only returned from the user layer
-// or a prebuilt layer signed by a trusted key.
+// (<cache_dir>/kernels.db, WAL, node-local). Writes go to the user layer only: compile outside any
+// transaction, then INSERT OR IGNORE inside BEGIN IMMEDIATE. A damaged user DB is moved aside and
+// rebuilt; a full disk or unwritable directory disables caching with one warning (get() still
+// works, put() returns false). Host object code is only returned from the user layer or a prebuilt
+// layer signed by a trusted key; unsigned or untrusted layers serve cubins only, with a warning.
+// Thread-safe: one Store may be shared by all threads of a process (do not use it across fork()).
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_error.hpp"
 #include "cache/content_key.hpp"
 
 namespace kiln::cache {
@@ -55,28 +58,56 @@ struct StoreOptions {
     std::vector<std::string> trusted_keys;  // Ed25519 public keys (PEM files) trusted to sign prebuilt layers
     uint64_t max_bytes = 0;                 // user-layer size cap; 0 = KILN_CACHE_MAX_SIZE or 10 GiB
     bool read_only = false;                 // never write the user layer (serving from a prebuilt cache)
+    uint64_t hard_limit_bytes = 0;          // ceiling on the user DB file (PRAGMA max_page_count); writes
+                                            // beyond it fail like a full disk. 0 = none
 };
 
 // KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.
 std::string default_cache_dir();
 
+// Options from the environment: KILN_CACHE_DIR, KILN_KERNEL_CACHE and KILN_TRUSTED_KEYS (lists
+// separated by ':' or ','), KILN_CACHE_MAX_SIZE, KILN_CACHE_READ_ONLY. The Store itself only reads
+// KILN_CACHE_DIR and KILN_CACHE_MAX_SIZE (as defaults for empty fields).
+StoreOptions store_options_from_env();
+
+// Splits "a:b,c" into {"a", "b", "c"}, dropping empty items.
+std::vector<std::string> split_path_list(const std::string& text);
+
+// The cap used when StoreOptions::max_bytes is 0: KILN_CACHE_MAX_SIZE, else 10 GiB.
+uint64_t default_max_bytes();
+
 class Store {
 public:
+    // Throws CacheError when a prebuilt layer cannot be opened or its manifest signature does not
+    // verify, InvalidArgument when a trusted key file is not an Ed25519 key. Problems with the user
+    // layer never throw: they become warnings.
     explicit Store(StoreOptions opts);
     ~Store();
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
 
-    // Prebuilt layers first, then the user layer. Updates hits / last_used (rate-limited) in the
-    // user layer. A blob whose hash does not match is refused with CacheError, never returned.
+    // Prebuilt layers first, then the user layer. Updates hits / last_used in the user layer
+    // (buffered in memory, written at most every 30 s, on flush() and on destruction). A prebuilt
+    // blob whose hash does not match its manifest is refused with CacheError naming the file and
+    // key, never returned; a damaged user-layer row is dropped with a warning and reported as a miss.
     std::optional<Artifact> get(const ContentKey& key, ArtifactKind kind);
 
     // INSERT OR IGNORE into the user layer. Returns true if this call inserted the row. Returns
     // false (after one warning) when caching is disabled, e.g. the disk is full. Prunes to the cap.
+    // Computes info.sha256 and info.bytes from the blob (a given sha256 that disagrees throws
+    // InvalidArgument); created_at / last_used are set to now and hits to 0.
     bool put(const Artifact& a);
 
+    // Writes buffered hit counts and last-use times to the user layer.
+    void flush();
+
+    // Every warning this store has raised (each was also logged once).
+    std::vector<std::string> warnings() const;
+
     // Cross-process single flight: held while one process compiles a key; others block here,
-    // then re-check get(). Released on destruction or process death (flock on locks/<key>).
+    // then re-check get(). Released on destruction or process death (flock on
+    // <cache_dir>/locks/<key>.lock). When caching is disabled the lease holds nothing (held() is
+    // false): there is nowhere to publish the result, so every process compiles for itself.
     class Lease {
     public:
         Lease() = default;
@@ -87,6 +118,7 @@ public:
     private:
         friend class Store;
         int fd_ = -1;
+        std::string path_;
     };
     // Blocks up to `timeout`; throws CacheError on timeout naming the key and lock file.
     Lease lease(const ContentKey& key, std::chrono::milliseconds timeout = std::chrono::minutes(10));
@@ -95,17 +127,38 @@ public:
     std::string user_db_path() const;
 
     // Inspection and maintenance (the `kiln cache` subcommands).
-    std::vector<ArtifactInfo> list() const;                                 // all layers
-    std::optional<ArtifactInfo> find(const std::string& key_or_prefix) const;  // unique prefix match
-    struct Stats { uint64_t entries = 0, bytes = 0, hits = 0; std::vector<std::pair<std::string, uint64_t>> by_target; };
+    std::vector<ArtifactInfo> list() const;  // all layers, prebuilt first; a key may appear in several
+    // Unique prefix match over all layers (the layer get() would use). nullopt when nothing matches;
+    // InvalidArgument when the prefix is not hex or matches several keys.
+    std::optional<ArtifactInfo> find(const std::string& key_or_prefix) const;
+    struct LayerStats {
+        std::string name;   // "user" or the prebuilt file's path
+        std::string path;   // the DB file
+        std::string trust;  // "user", "trusted", "untrusted signer", "unsigned"
+        std::string signer; // key fingerprint, "" when unsigned
+        uint64_t entries = 0, bytes = 0, file_bytes = 0;
+    };
+    // entries/bytes/hits/by_target count each key once (the layer get() would use).
+    struct Stats {
+        uint64_t entries = 0, bytes = 0, hits = 0;
+        std::vector<std::pair<std::string, uint64_t>> by_target;
+        std::vector<LayerStats> layers;
+        bool caching_enabled = false;
+        std::string disabled_reason;
+        uint64_t max_bytes = 0;
+    };
     Stats stats() const;
     struct VerifyReport { uint64_t checked = 0; std::vector<std::string> problems; };
     VerifyReport verify() const;                       // integrity_check + re-hash every blob + manifests
-    uint64_t prune(uint64_t max_bytes);                // LRU eviction; returns bytes freed
-    void clear();
-    // Writes a prebuilt layer (journal_mode=DELETE, compacted) with a manifest, signed when a key is given.
+    uint64_t prune(uint64_t max_bytes);                // LRU eviction of the user layer; returns bytes freed
+    void clear();                                      // empties the user layer; prebuilt files are untouched
+    // Writes the user layer as a prebuilt layer (VACUUM INTO a temp file, journal_mode=DELETE, hit
+    // counts reset) with a manifest, signed when an Ed25519 private key (PEM file) is given, then
+    // renames it into place. Rows whose blob no longer matches its digest are left out.
     void export_layer(const std::string& file, const std::string& sign_key_pem = "") const;
-    uint64_t import_layer(const std::string& file);    // copies verified rows into the user layer
+    // Copies the rows of a prebuilt layer into the user layer after verifying each (host objects
+    // only from a trusted layer); all or nothing. Returns the number of rows inserted.
+    uint64_t import_layer(const std::string& file);
 
 private:
     struct Impl;

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cache/cache_bench.hpp"
+#include "cache/cache_cli.hpp"
 #include "jit/jit_cli.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
@@ -20,7 +22,9 @@ int main(int argc, char** argv) {
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
     kiln::serving::add_info_command(app);
+    kiln::cache::add_cache_commands(app);
     kiln::jit::add_jit_commands(app);
+    kiln::cache::add_cache_bench(*bench);
     kiln::jit::add_jit_bench(*bench);
 
     try {

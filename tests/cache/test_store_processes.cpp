@@ -1,0 +1,163 @@
+// Cross-process single flight: processes that miss the same key take the lease, re-check, and only
+// one of them compiles. Leases time out with a clear error and die with their process.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cache/store.hpp"
+#include "cache_test_util.hpp"
+
+using namespace kiln::cache;
+using namespace kiln::cache::test;
+
+namespace {
+
+// The "compiler": deterministic output, and every call appends one byte to a counter file.
+Artifact compile_counted(const std::string& counter_file) {
+    int fd = ::open(counter_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        (void)!::write(fd, "c", 1);
+        ::close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // widen the race window
+    return make_artifact(4242, 100000);
+}
+
+// Child body: returns the exit status (0 = served the right artifact).
+int child_main(const StoreOptions& opts, int barrier_fd, const std::string& counter_file) {
+    char c;
+    (void)!::read(barrier_fd, &c, 1);  // blocks until the parent closes the write end
+    try {
+        const Artifact want = make_artifact(4242, 100000);
+        Store store(opts);
+        std::optional<Artifact> got = store.get(want.info.key, ArtifactKind::cubin);
+        if (!got) {
+            Store::Lease lease = store.lease(want.info.key, std::chrono::seconds(60));
+            if (!lease.held()) return 3;
+            got = store.get(want.info.key, ArtifactKind::cubin);
+            if (!got) {
+                Artifact a = compile_counted(counter_file);
+                if (!store.put(a)) return 4;
+                got = store.get(want.info.key, ArtifactKind::cubin);
+            }
+        }
+        if (!got || got->blob != want.blob) return 5;
+        return 0;
+    } catch (...) {
+        return 6;
+    }
+}
+
+void run_processes(int nproc) {
+    TempDir dir;
+    StoreOptions opts = options_in(dir);
+    std::string counter = dir / "compiles";
+    int pipefd[2];
+    REQUIRE(::pipe(pipefd) == 0);
+    std::vector<pid_t> kids;
+    for (int i = 0; i < nproc; ++i) {
+        pid_t pid = ::fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            ::close(pipefd[1]);
+            ::_exit(child_main(opts, pipefd[0], counter));
+        }
+        kids.push_back(pid);
+    }
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);  // release every child at once
+    for (pid_t pid : kids) {
+        int status = 0;
+        REQUIRE(::waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+    }
+    CHECK(slurp(counter).size() == 1);  // exactly one compile
+    Store store(opts);
+    auto rows = store.list();
+    CHECK(rows.size() == 1);  // exactly one row
+    CHECK(fs::is_empty(dir.path / "user" / "locks"));  // lock files are removed on release
+}
+
+}  // namespace
+
+TEST_CASE("two processes missing the same key compile it once and store one row") { run_processes(2); }
+
+TEST_CASE("six processes missing the same key compile it once and store one row") { run_processes(6); }
+
+TEST_CASE("a held lease times out with an error naming the key and lock file, and dies with its process") {
+    TempDir dir;
+    StoreOptions opts = options_in(dir);
+    ContentKey key = make_artifact(77).info.key;
+    int ready[2], go[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(go) == 0);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::close(ready[0]);
+        ::close(go[1]);
+        Store store(opts);
+        Store::Lease lease = store.lease(key, std::chrono::seconds(5));
+        (void)!::write(ready[1], lease.held() ? "y" : "n", 1);
+        char c;
+        (void)!::read(go[0], &c, 1);
+        ::kill(::getpid(), SIGKILL);  // die holding the lease: no destructor runs
+        ::_exit(1);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    REQUIRE(c == 'y');
+    {
+        Store store(opts);
+        try {
+            (void)store.lease(key, std::chrono::milliseconds(200));
+            FAIL("lease should have timed out");
+        } catch (const CacheError& e) {
+            std::string what = e.what();
+            CHECK(what.find(key.hex()) != std::string::npos);
+            CHECK(what.find("locks/" + key.hex() + ".lock") != std::string::npos);
+        }
+    }
+    (void)!::write(go[1], "x", 1);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    Store store(opts);
+    Store::Lease lease = store.lease(key, std::chrono::seconds(2));
+    CHECK(lease.held());
+    ::close(ready[0]);
+    ::close(go[1]);
+}
+
+TEST_CASE("leases are exclusive between threads of one process and movable") {
+    TempDir dir;
+    Store store(options_in(dir));
+    ContentKey key = make_artifact(78).info.key;
+    Store::Lease first = store.lease(key, std::chrono::seconds(1));
+    REQUIRE(first.held());
+    std::atomic<bool> timed_out{false};
+    std::thread t([&] {
+        try {
+            (void)store.lease(key, std::chrono::milliseconds(100));
+        } catch (const CacheError&) {
+            timed_out = true;
+        }
+    });
+    t.join();
+    CHECK(timed_out);
+    Store::Lease moved = std::move(first);
+    CHECK(moved.held());
+    CHECK_FALSE(first.held());
+    moved = Store::Lease();  // releases
+    Store::Lease again = store.lease(key, std::chrono::milliseconds(100));
+    CHECK(again.held());
+}
