@@ -7,6 +7,7 @@
 #include "cache/cache_bench.hpp"
 #include "cache/cache_cli.hpp"
 #include "jit/jit_cli.hpp"
+#include "jit/moe_w4a16_bench.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
 #include "runtime/error.hpp"
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
     kiln::jit::add_jit_commands(app);
     kiln::cache::add_cache_bench(*bench);
     kiln::jit::add_jit_bench(*bench);
+    kiln::jit::add_moe_bench(*bench);
 
     try {
         app.parse(argc, argv);

@@ -23,7 +23,9 @@
 //          two exact multiplies (kWideScale).
 #pragma once
 
-#include "prelude.cuh"
+#include <cuda_bf16.h>
+
+#include "device/prelude.cuh"
 
 namespace kiln_dev {
 namespace moe {

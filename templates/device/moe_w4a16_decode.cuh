@@ -26,7 +26,7 @@
 //   atomic adds never stalls the pipeline.
 #pragma once
 
-#include "moe_w4a16_common.cuh"
+#include "device/moe_w4a16_common.cuh"
 
 namespace kiln_dev {
 namespace moe {

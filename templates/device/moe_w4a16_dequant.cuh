@@ -4,7 +4,7 @@
 // One warp per (super-block, k64) record and row-block; grid-stride.
 #pragma once
 
-#include "moe_w4a16_common.cuh"
+#include "device/moe_w4a16_common.cuh"
 
 namespace kiln_dev {
 namespace moe {

@@ -13,7 +13,7 @@
 // Dynamic shared memory: 2 * E * 4 bytes.
 #pragma once
 
-#include "prelude.cuh"
+#include "device/prelude.cuh"
 
 namespace kiln_dev {
 namespace moe {
