@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One GPU session for the moe_w4a16 kernels: SASS summary, correctness, benchmarks, Humming baseline.
+# One GPU run for the moe_w4a16 kernels: SASS summary, correctness, benchmarks, Humming baseline.
 #   gpu-run.sh HARNESS_DIR WHEEL_DIR [steps]    steps: any of sass,test,real,bench,humming (default all)
-# Logs go to $OUT (or /tmp/moe-out); the last lines printed are the comparison table.
+# Logs go to $OUT (or a new temporary directory); the last lines printed are the comparison table.
 set -u
 dir=$(cd "$1" && pwd)
 whl=$(cd "$2" && pwd)
@@ -9,8 +9,9 @@ steps=${3:-sass,test,real,bench,humming,ncu}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 humming_script="$here/bench-humming.py"
 [[ -f "$humming_script" ]] || humming_script="$here/../bench-humming.py"
-out=${OUT:-/tmp/moe-out}
-mkdir -p "$out" /tmp/moe-rt
+out=${OUT:-$(mktemp -d)}
+scratch=$(mktemp -d)
+mkdir -p "$out" "$scratch/routing"
 has() { [[ ",$steps," == *",$1,"* ]]; }
 start=$(date +%s)
 stamp() { echo "## $1 at +$(( $(date +%s) - start )) s"; }
@@ -19,10 +20,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temper
 
 if has sass; then
   stamp sass
-  cuobjdump --dump-sass "$dir/moe_harness" > /tmp/moe-sass.txt 2>&1
+  cuobjdump --dump-sass "$dir/moe_harness" > "$scratch/sass.txt" 2>&1
   awk '/Function :/ {fn=$3} /HMMA/ {h[fn]++} /HGMMA/ {g[fn]++} /LDL|STL/ {l[fn]++} /LDGSTS/ {c[fn]++}
        END {for (f in h) printf "%s HMMA=%d HGMMA=%d LDL/STL=%d LDGSTS=%d\n", f, h[f], g[f]+0, l[f]+0, c[f]+0}' \
-      /tmp/moe-sass.txt | sort > "$out/sass-summary.txt"
+      "$scratch/sass.txt" | sort > "$out/sass-summary.txt"
   echo "kernels with HMMA: $(wc -l < "$out/sass-summary.txt"), with local memory: $(awk '$4 != "LDL/STL=0"' "$out/sass-summary.txt" | wc -l)"
 fi
 
@@ -47,15 +48,15 @@ if has real; then
 fi
 if has bench; then
   stamp bench
-  timeout 150 "$dir/moe_harness" bench --routing-dir /tmp/moe-rt --json "$out/kiln.json" --probe 1 2>&1 | tee "$out/bench.log"
+  timeout 150 "$dir/moe_harness" bench --routing-dir "$scratch/routing" --json "$out/kiln.json" --probe 1 2>&1 | tee "$out/bench.log"
 fi
 if has humming; then
   stamp humming
-  export HUMMING_CACHE_DIR=/tmp/humming-cache HUMMING_TMP_DIR=/tmp/humming-tmp PYTHONUNBUFFERED=1
+  export HUMMING_CACHE_DIR="$scratch/humming-cache" HUMMING_TMP_DIR="$scratch/humming-tmp" PYTHONUNBUFFERED=1
   mkdir -p "$HUMMING_CACHE_DIR" "$HUMMING_TMP_DIR"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$whl"/*.whl > /dev/null 2>&1
-  export PYTHONPATH=/tmp/site
-  timeout 240 python3 "$humming_script" --routing-dir /tmp/moe-rt --kiln-json "$out/kiln.json" \
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$whl"/*.whl > /dev/null 2>&1
+  export PYTHONPATH="$scratch/site"
+  timeout 240 python3 "$humming_script" --routing-dir "$scratch/routing" --kiln-json "$out/kiln.json" \
       --json "$out/humming.json" > "$out/humming.log" 2>&1
   echo "humming exit $?"
   grep -v "^#" "$out/humming.log" | tail -25
