@@ -1,9 +1,9 @@
 // Shared device prelude for NVRTC-compiled kiln kernels. NVRTC has no libstdc++: fixed-width
-// integer types come from CCCL's <cuda/std/cstdint>; bf16 from <cuda_bf16.h>.
+// integer types come from CCCL's <cuda/std/cstdint>. Templates that need bf16 include <cuda_bf16.h>
+// themselves (it is the largest header, so kernels that do not use it do not pay for parsing it).
 #pragma once
 
 #include <cuda/std/cstdint>
-#include <cuda_bf16.h>
 
 namespace kiln_dev {
 

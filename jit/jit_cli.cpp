@@ -1,0 +1,137 @@
+#include "jit/jit_cli.hpp"
+
+#include <memory>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cache/store.hpp"
+#include "jit/dispatcher.hpp"
+#include "jit/family.hpp"
+#include "jit/nvrtc.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+
+namespace kiln::jit {
+
+namespace {
+
+struct CompileOptions {
+    std::string family, mode, arch, descriptor, cache_dir;
+    int m = 0, n = 0, k = 0, experts = 0, topk = 0, block_m = 0, warps = 0;
+    bool json = false;
+};
+
+Target choose_target(const std::string& arch) {
+    if (!arch.empty()) return parse_target(arch);
+    if (runtime::device_count() == 0)
+        throw InvalidArgument(fmt::format("no CUDA device ({}): pass --arch, e.g. --arch sm_90a",
+                                          runtime::driver_status().reason));
+    return parse_target(runtime::device_props(0).target());
+}
+
+void run_families(bool json) {
+    std::vector<const Family*> fams = builtin_families().list();
+    if (json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const Family* f : fams)
+            out.push_back({{"family", f->name()}, {"modes", f->modes()}, {"dims", f->dims()},
+                           {"host", f->has_host_source()}, {"summary", f->summary()}});
+        fmt::print("{}\n", out.dump(2));
+        return;
+    }
+    fmt::print("{:<14} {:<10} {:<5} {}\n", "FAMILY", "MODES", "HOST", "DESCRIPTION");
+    for (const Family* f : fams) {
+        std::string modes;
+        for (const auto& m : f->modes()) modes += (modes.empty() ? "" : ",") + m;
+        fmt::print("{:<14} {:<10} {:<5} {}\n", f->name(), modes, f->has_host_source() ? "yes" : "no", f->summary());
+        fmt::print("{:<14} {:<10} {:<5} bakes in: {}\n", "", "", "", f->dims());
+    }
+}
+
+void run_compile(const CompileOptions& o) {
+    KernelDescriptor d;
+    if (!o.descriptor.empty()) {
+        d = parse_descriptor(o.descriptor);
+    } else {
+        if (o.family.empty()) throw InvalidArgument("--family is required (see `kiln jit families`)");
+        d.family = ShortName(o.family);
+        if (!o.mode.empty()) d.mode = ShortName(o.mode);
+        d.m = o.m;
+        d.n = o.n;
+        d.k = o.k;
+        d.experts = o.experts;
+        d.topk = o.topk;
+        d.config.block_m = static_cast<uint16_t>(o.block_m);
+        d.config.warps = static_cast<uint8_t>(o.warps);
+        d.target = choose_target(o.arch);
+    }
+    cache::StoreOptions so;
+    so.cache_dir = o.cache_dir;
+    cache::Store store(so);
+    DispatcherOptions dopt;
+    dopt.store = &store;
+    Dispatcher disp(dopt);
+    BuildResult r = disp.build(d);
+    if (o.json) {
+        nlohmann::json j = {{"key", r.key.hex()},
+                            {"cache_hit", r.cache_hit},
+                            {"layer", r.layer},
+                            {"descriptor", to_string(r.desc)},
+                            {"family", r.desc.family.view()},
+                            {"mode", r.desc.mode.view()},
+                            {"target", to_string(r.desc.target)},
+                            {"kernel", r.kernel_name},
+                            {"compiler", r.compiler},
+                            {"compile_ms", r.compile_ms},
+                            {"bytes", r.bytes},
+                            {"stored", store.caching_enabled()},
+                            {"nvrtc_loaded", Nvrtc::is_loaded()},
+                            {"cache_db", store.user_db_path()}};
+        fmt::print("{}\n", j.dump(2));
+        return;
+    }
+    if (r.cache_hit) fmt::print("cache hit ({} layer): {}\n", r.layer.empty() ? "user" : r.layer, r.key.hex());
+    else fmt::print("compiled: {}\n", r.key.hex());
+    fmt::print("  descriptor  {}\n", to_string(r.desc));
+    fmt::print("  kernel      {}\n", r.kernel_name);
+    fmt::print("  compiler    {}{}\n", r.compiler,
+               r.cache_hit ? fmt::format(" (compiled earlier in {:.1f} ms)", r.compile_ms)
+                           : fmt::format(", NVRTC {:.1f} ms", r.compile_ms));
+    fmt::print("  cubin       {} bytes\n", r.bytes);
+    if (!r.cache_hit)
+        fmt::print("  cache       {}\n", store.caching_enabled() ? store.user_db_path() : "disabled (not stored)");
+}
+
+}  // namespace
+
+void add_jit_commands(CLI::App& app) {
+    CLI::App* jit = app.add_subcommand("jit", "JIT kernel families and compiles");
+    jit->require_subcommand(1);
+
+    auto json_fam = std::make_shared<bool>(false);
+    CLI::App* fam = jit->add_subcommand("families", "List the registered kernel families");
+    fam->add_flag("--json", *json_fam, "JSON output")->envname("KILN_JIT_JSON");
+    fam->callback([json_fam] { run_families(*json_fam); });
+
+    auto o = std::make_shared<CompileOptions>();
+    CLI::App* c = jit->add_subcommand("compile", "Compile one kernel into the kernel cache and print its content key");
+    c->add_option("--family", o->family, "Kernel family (see `kiln jit families`)")->envname("KILN_JIT_FAMILY");
+    c->add_option("--arch", o->arch, "Target, e.g. sm_90a (default: the device's)")->envname("KILN_JIT_ARCH");
+    c->add_option("--mode", o->mode, "Family mode (default: the family's first)")->envname("KILN_JIT_MODE");
+    c->add_option("--m", o->m, "M-bucket")->envname("KILN_JIT_M");
+    c->add_option("--n", o->n, "N")->envname("KILN_JIT_N");
+    c->add_option("--k", o->k, "K")->envname("KILN_JIT_K");
+    c->add_option("--experts", o->experts, "Expert count")->envname("KILN_JIT_EXPERTS");
+    c->add_option("--topk", o->topk, "Experts per token")->envname("KILN_JIT_TOPK");
+    c->add_option("--block-m", o->block_m, "Config: block_m (0 = family default)")->envname("KILN_JIT_BLOCK_M");
+    c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")->envname("KILN_JIT_WARPS");
+    c->add_option("--descriptor", o->descriptor, "A full descriptor in canonical text form (overrides the above)")
+        ->envname("KILN_JIT_DESCRIPTOR");
+    c->add_option("--cache-dir", o->cache_dir, "User kernel cache directory")->envname("KILN_CACHE_DIR");
+    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JIT_JSON");
+    c->callback([o] { run_compile(*o); });
+}
+
+}  // namespace kiln::jit

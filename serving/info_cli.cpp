@@ -1,0 +1,185 @@
+#include "serving/info_cli.hpp"
+
+#include <filesystem>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cache/store.hpp"
+#include "jit/cuda_toolkit.hpp"
+#include "jit/kernel_key.hpp"
+#include "jit/nvrtc.hpp"
+#include "jit/template_store.hpp"
+#include "kiln_config.h"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/device.hpp"
+#include "runtime/env.hpp"
+
+namespace kiln::serving {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DirUsage {
+    uint64_t files = 0, bytes = 0;
+    bool exists = false;
+};
+
+DirUsage usage(const fs::path& p) {
+    DirUsage u;
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) {
+        u.exists = true;
+        u.files = 1;
+        u.bytes = fs::file_size(p, ec);
+        return u;
+    }
+    if (!fs::is_directory(p, ec)) return u;
+    u.exists = true;
+    for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (it->is_regular_file(ec)) {
+            ++u.files;
+            u.bytes += it->file_size(ec);
+        }
+    }
+    return u;
+}
+
+std::string human(uint64_t b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(b);
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        ++i;
+    }
+    return i == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[i]);
+}
+
+nlohmann::json collect() {
+    nlohmann::json j;
+    j["version"] = KILN_VERSION;
+    j["host_jit"] = static_cast<bool>(KILN_HAVE_HOST_JIT);
+
+    const runtime::DriverStatus& ds = runtime::driver_status();
+    j["driver"] = {{"state", runtime::to_string(ds.state)},
+                   {"library", ds.library},
+                   {"version", ds.driver_version ? runtime::format_cuda_version(ds.driver_version) : ""},
+                   {"reason", ds.reason}};
+    j["devices"] = nlohmann::json::array();
+    std::string target = "host";
+    for (const runtime::DeviceProps& p : runtime::all_devices()) {
+        j["devices"].push_back({{"ordinal", p.ordinal},
+                                {"name", p.name},
+                                {"compute_capability", fmt::format("{}.{}", p.cc_major, p.cc_minor)},
+                                {"sm_count", p.sm_count},
+                                {"memory_bytes", p.total_memory},
+                                {"l2_bytes", p.l2_bytes},
+                                {"max_smem_optin", p.max_smem_per_block_optin},
+                                {"pci_bus_id", p.pci_bus_id},
+                                {"target", p.target()}});
+        if (p.ordinal == 0) target = p.target();
+    }
+    j["target"] = target;
+
+    try {
+        jit::Nvrtc& n = jit::Nvrtc::instance();
+        j["nvrtc"] = {{"found", true}, {"version", fmt::format("{}.{}", n.major(), n.minor())},
+                      {"library", n.library_path()}, {"max_parallel", jit::max_parallel_compiles()}};
+    } catch (const Error& e) {
+        j["nvrtc"] = {{"found", false}, {"error", e.what()}};
+    }
+    try {
+        jit::CudaHeaders h = jit::locate_cuda_headers();
+        j["cuda_headers"] = {{"found", true}, {"include", h.include}, {"cccl", h.cccl},
+                             {"version", h.cuda_version ? runtime::format_cuda_version(h.cuda_version) : ""}};
+    } catch (const Error& e) {
+        j["cuda_headers"] = {{"found", false}, {"error", e.what()}};
+    }
+    try {
+        j["key_compiler_identity"] = jit::compiler_identity();
+    } catch (const Error& e) {
+        j["key_compiler_identity"] = std::string("error: ") + e.what();
+    }
+    const jit::TemplateStore& ts = jit::TemplateStore::instance();
+    j["templates"] = {{"source", ts.override_dir().empty() ? "embedded" : ts.override_dir()},
+                      {"count", ts.names().size()}};
+
+    std::string dir = cache::default_cache_dir();
+    DirUsage u = usage(dir);
+    j["cache"] = {{"user_dir", dir}, {"exists", u.exists}, {"files", u.files}, {"bytes", u.bytes}};
+    nlohmann::json prebuilt = nlohmann::json::array();
+    if (auto v = env::get("KILN_KERNEL_CACHE")) {
+        size_t start = 0;
+        while (start <= v->size()) {
+            size_t end = v->find(',', start);
+            if (end == std::string::npos) end = v->size();
+            std::string file = v->substr(start, end - start);
+            if (!file.empty()) {
+                DirUsage pu = usage(file);
+                prebuilt.push_back({{"file", file}, {"exists", pu.exists}, {"bytes", pu.bytes}});
+            }
+            start = end + 1;
+        }
+    }
+    j["cache"]["prebuilt"] = prebuilt;
+    return j;
+}
+
+void print_human(const nlohmann::json& j) {
+    fmt::print("kiln {}  (host JIT: {})\n", j["version"].get<std::string>(), j["host_jit"].get<bool>() ? "yes" : "no");
+    const auto& d = j["driver"];
+    if (d["state"] == "ready")
+        fmt::print("CUDA driver  {} ({})\n", d["version"].get<std::string>(), d["library"].get<std::string>());
+    else
+        fmt::print("CUDA driver  none: {}\n", d["reason"].get<std::string>());
+    for (const auto& dev : j["devices"])
+        fmt::print("device {}     {}, CC {}, {} SMs, {} memory, {} smem/block opt-in, target {}\n",
+                   dev["ordinal"].get<int>(), dev["name"].get<std::string>(),
+                   dev["compute_capability"].get<std::string>(), dev["sm_count"].get<int>(),
+                   human(dev["memory_bytes"].get<uint64_t>()), human(dev["max_smem_optin"].get<uint64_t>()),
+                   dev["target"].get<std::string>());
+    fmt::print("target       {}\n", j["target"].get<std::string>());
+    const auto& n = j["nvrtc"];
+    if (n["found"].get<bool>())
+        fmt::print("NVRTC        {} ({}), up to {} parallel compiles\n", n["version"].get<std::string>(),
+                   n["library"].get<std::string>(), n["max_parallel"].get<int>());
+    else
+        fmt::print("NVRTC        not found: {}\n", n["error"].get<std::string>());
+    const auto& h = j["cuda_headers"];
+    if (h["found"].get<bool>())
+        fmt::print("CUDA headers {} (CUDA {}), CCCL {}\n", h["include"].get<std::string>(),
+                   h["version"].get<std::string>(), h["cccl"].get<std::string>());
+    else
+        fmt::print("CUDA headers not found: {}\n", h["error"].get<std::string>());
+    fmt::print("kernel keys  compiler identity {}\n", j["key_compiler_identity"].get<std::string>());
+    fmt::print("templates    {} ({} files)\n", j["templates"]["source"].get<std::string>(),
+               j["templates"]["count"].get<size_t>());
+    const auto& c = j["cache"];
+    fmt::print("user cache   {} ({})\n", c["user_dir"].get<std::string>(),
+               c["exists"].get<bool>() ? fmt::format("{} in {} files", human(c["bytes"].get<uint64_t>()),
+                                                     c["files"].get<uint64_t>())
+                                       : std::string("not created yet"));
+    for (const auto& p : c["prebuilt"])
+        fmt::print("prebuilt     {} ({})\n", p["file"].get<std::string>(),
+                   p["exists"].get<bool>() ? human(p["bytes"].get<uint64_t>()) : std::string("missing"));
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+    auto json = std::make_shared<bool>(false);
+    CLI::App* c = app.add_subcommand("info", "Devices, driver, NVRTC, target and kernel cache of this machine");
+    c->add_flag("--json", *json, "JSON output")->envname("KILN_INFO_JSON");
+    c->callback([json] {
+        nlohmann::json j = collect();
+        if (*json) fmt::print("{}\n", j.dump(2));
+        else print_human(j);
+    });
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,95 @@
+// Family registry, generated sources and the CPU references the GPU suite checks kernels against.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "jit/family.hpp"
+#include "jit/family_dequant_gemv.hpp"
+#include "jit/family_moe_routing.hpp"
+#include "jit/kernel_key.hpp"
+#include "runtime/bf16.hpp"
+#include "runtime/error.hpp"
+
+using namespace kiln::jit;
+
+TEST_CASE("registry: explicit registration, lookup, duplicates refused") {
+    FamilyRegistry r;
+    CHECK(r.list().empty());
+    CHECK_THROWS_AS(r.get("moe_routing"), kiln::NotFound);
+    register_builtin_families(r);
+    CHECK(r.list().size() == 3);
+    CHECK(r.list()[0]->name() == "dequant_gemv");
+    CHECK(r.get("moe_routing").name() == "moe_routing");
+    CHECK_THROWS_AS(r.add(std::make_unique<MoeRoutingFamily>()), kiln::InvalidArgument);
+    try {
+        r.get("moe_grouped");
+        FAIL("expected NotFound");
+    } catch (const kiln::NotFound& e) {
+        CHECK(std::string(e.what()).find("dequant_gemv, moe_routing, moe_w4a16") != std::string::npos);
+    }
+    CHECK_FALSE(r.get("moe_routing").has_host_source());
+    CHECK_THROWS_AS(r.get("moe_routing").host_source(MoeRoutingFamily::descriptor(8, 2, Target::sm(90, 'a'))),
+                    kiln::NotFound);
+}
+
+TEST_CASE("generated sources are tiny and name one instantiation") {
+    KernelDescriptor d = MoeRoutingFamily::descriptor(112, 16, Target::sm(90, 'a'), 8, 16);
+    DeviceSource s = builtin_families().get("moe_routing").device_source(d);
+    CHECK(s.name_expr == "&kiln_dev::moe_routing_indexed<112, 16, 8, 16>");
+    CHECK(s.source.find("#include \"device/moe_routing.cuh\"") != std::string::npos);
+    CHECK(s.source.size() < 400);
+    CHECK(MoeRoutingFamily().max_dynamic_smem(d) == (16 * 112 + 2 * 112 + 16) * 4);
+
+    KernelDescriptor g = DequantGemvFamily::descriptor(8, 7168, 2048, Target::sm(90, 'a'));
+    DeviceSource gs = builtin_families().get("dequant_gemv").device_source(g);
+    CHECK(gs.name_expr == "&kiln_dev::dequant_gemv_int4_g32<7168, 2048, 8, 8>");
+    auto headers = collect_template_headers(gs.source, TemplateStore::instance());
+    CHECK(headers.size() == 2);
+}
+
+TEST_CASE("missing templates are reported by name") {
+    TemplateStore ts("");
+    CHECK_THROWS_AS(collect_template_headers("#include \"device/nope.cuh\"\n", ts), kiln::NotFound);
+    // Angle includes are toolkit headers, not templates.
+    CHECK(collect_template_headers("#include <cuda_bf16.h>\n", ts).empty());
+}
+
+TEST_CASE("routing capacity bound covers the worst case") {
+    // Every token on its own expert: each of min(E, n) experts pads block_m - 1 rows.
+    CHECK(moe_routing_capacity(1, 8, 64, 16) == 8 * 16);
+    CHECK(moe_routing_capacity(100, 8, 64, 16) == 800 + 64 * 15 + 0);
+    CHECK(moe_routing_capacity(3, 1, 4, 8) == 24);
+}
+
+TEST_CASE("routing reference on a hand-checked example") {
+    // 3 tokens, top-2, 4 experts, block_m 2. Flat ids: e(0)=[1,3], e(1)=[1,1], e(2)=[0,-1].
+    std::vector<int32_t> ids = {1, 3, 1, 1, 0, -1};
+    int64_t cap = moe_routing_capacity(3, 2, 4, 2);
+    MoeRoutingResult r = moe_routing_reference(ids, 3, 2, 4, 2, cap, cap / 2);
+    CHECK(r.tokens_per_expert == std::vector<int32_t>{1, 3, 0, 1});
+    // expert 0: [4, pad]; expert 1: [0, 2, 3, pad]; expert 3: [1, pad]; sentinel = 6.
+    std::vector<int32_t> want = {4, 6, 0, 2, 3, 6, 1, 6};
+    want.resize(cap, 6);
+    CHECK(r.sorted_ids == want);
+    CHECK(r.total_padded == 8);
+    std::vector<int32_t> blocks = {0, 1, 1, 3};
+    blocks.resize(cap / 2, -1);
+    CHECK(r.block_expert == blocks);
+}
+
+TEST_CASE("dequant GEMV reference on a hand-checked example") {
+    // One row, K = 32: codes 0..15 twice (q = code - 8), scale 0.5; x = 1 for k < 16, 2 after.
+    std::vector<int32_t> packed(4);
+    for (int w = 0; w < 4; ++w) {
+        uint32_t word = 0;
+        for (int j = 0; j < 8; ++j) word |= static_cast<uint32_t>((w * 8 + j) % 16) << (4 * j);
+        packed[w] = static_cast<int32_t>(word);
+    }
+    std::vector<uint16_t> scale = {kiln::runtime::float_to_bf16(0.5f)};
+    std::vector<uint16_t> x(32);
+    for (int k = 0; k < 32; ++k) x[k] = kiln::runtime::float_to_bf16(k < 16 ? 1.f : 2.f);
+    std::vector<double> y = dequant_gemv_reference(x, 1, packed, scale, 1, 32);
+    // sum_{c=0..15} (c - 8) = -8; first half * 1 + second half * 2 = -8 * 0.5 * 3 = -12.
+    CHECK(y[0] == doctest::Approx(-12.0));
+}

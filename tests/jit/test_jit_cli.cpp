@@ -1,0 +1,136 @@
+// `kiln jit families` and `kiln jit compile`, run as the user runs them.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+    int rc = -1;
+    std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct Sandbox {
+    fs::path dir;
+    Sandbox() {
+        std::string t = (fs::temp_directory_path() / "kiln-jit-cli-test-XXXXXX").string();
+        REQUIRE(mkdtemp(t.data()) != nullptr);
+        dir = t;
+    }
+    ~Sandbox() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+    // Runs `kiln ARGS` with ENV (shell assignments) and KILN_CACHE_DIR pointing into the sandbox.
+    Run kiln(const std::string& args, const std::string& env = "", const std::string& tag = "run") const {
+        const char* bin = std::getenv("KILN_TEST_BIN");
+        REQUIRE(bin != nullptr);
+        fs::path out = dir / (tag + ".out"), err = dir / (tag + ".err");
+        std::string cmd = "env KILN_CACHE_DIR='" + (dir / "cache").string() + "' " + env + " '" + bin + "' " + args +
+                          " >'" + out.string() + "' 2>'" + err.string() + "'";
+        Run r;
+        int status = std::system(cmd.c_str());
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        r.out = slurp(out);
+        r.err = slurp(err);
+        return r;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("kiln jit families lists the built-in families") {
+    Sandbox sb;
+    Run r = sb.kiln("jit families");
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("moe_routing") != std::string::npos);
+    CHECK(r.out.find("dequant_gemv") != std::string::npos);
+    Run j = sb.kiln("jit families --json");
+    REQUIRE(j.rc == 0);
+    auto fams = nlohmann::json::parse(j.out);
+    REQUIRE(fams.size() == 3);
+    CHECK(fams[0]["family"] == "dequant_gemv");
+    CHECK(fams[1]["modes"][0] == "indexed");
+}
+
+TEST_CASE("kiln jit compile: first run compiles, second is a cache hit with the same key and no NVRTC") {
+    Sandbox sb;
+    const std::string args = "jit compile --family moe_routing --arch sm_90a --experts 40 --topk 4";
+    Run a = sb.kiln(args);
+    REQUIRE(a.rc == 0);
+    CHECK(a.out.rfind("compiled: ", 0) == 0);
+    std::string key = a.out.substr(10, 32);
+    Run b = sb.kiln(args);
+    REQUIRE(b.rc == 0);
+    CHECK(b.out.rfind("cache hit", 0) == 0);
+    CHECK(b.out.find(key) != std::string::npos);
+
+    Run j = sb.kiln(args + " --json");
+    REQUIRE(j.rc == 0);
+    auto out = nlohmann::json::parse(j.out);
+    CHECK(out["key"] == key);
+    CHECK(out["cache_hit"] == true);
+    CHECK(out["nvrtc_loaded"] == false);  // a hit needs neither NVRTC nor the CUDA headers
+    CHECK(out["target"] == "sm_90a");
+
+    // Every flag has its environment variable.
+    Run e = sb.kiln("jit compile --json",
+                    "KILN_JIT_FAMILY=moe_routing KILN_JIT_ARCH=sm_90a KILN_JIT_EXPERTS=40 KILN_JIT_TOPK=4");
+    REQUIRE(e.rc == 0);
+    CHECK(nlohmann::json::parse(e.out)["key"] == key);
+    // The canonical text form names the same kernel.
+    Run t = sb.kiln("jit compile --json --descriptor '" + out["descriptor"].get<std::string>() + "'");
+    REQUIRE(t.rc == 0);
+    CHECK(nlohmann::json::parse(t.out)["key"] == key);
+    // Another config is another kernel.
+    Run c = sb.kiln(args + " --block-m 32 --json");
+    REQUIRE(c.rc == 0);
+    CHECK(nlohmann::json::parse(c.out)["key"] != key);
+    CHECK(nlohmann::json::parse(c.out)["cache_hit"] == false);
+}
+
+TEST_CASE("two processes compiling the same missing kernel compile it once") {
+    Sandbox sb;
+    const char* bin = std::getenv("KILN_TEST_BIN");
+    REQUIRE(bin != nullptr);
+    std::string one = "env KILN_CACHE_DIR='" + (sb.dir / "cache").string() + "' '" + bin +
+                      "' jit compile --json --family dequant_gemv --arch sm_90a --m 2 --n 96 --k 256";
+    std::string cmd = "(" + one + " >'" + (sb.dir / "a.json").string() + "' & " + one + " >'" +
+                      (sb.dir / "b.json").string() + "' & wait)";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    auto a = nlohmann::json::parse(slurp(sb.dir / "a.json"));
+    auto b = nlohmann::json::parse(slurp(sb.dir / "b.json"));
+    CHECK(a["key"] == b["key"]);
+    CHECK(a["cache_hit"].get<bool>() != b["cache_hit"].get<bool>());
+}
+
+TEST_CASE("kiln jit compile errors are one clear line") {
+    Sandbox sb;
+    Run r = sb.kiln("jit compile --family nope --arch sm_90a");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("unknown kernel family 'nope'") != std::string::npos);
+    r = sb.kiln("jit compile --family dequant_gemv --arch sm_90a --m 1 --n 8 --k 40");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("multiple of the group size 32") != std::string::npos);
+    r = sb.kiln("jit compile --family moe_routing --arch sm90 --experts 8 --topk 2");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("not a target") != std::string::npos);
+    r = sb.kiln("jit compile --family moe_routing --experts 8 --topk 2", "KILN_CUDA_DRIVER=none");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("--arch") != std::string::npos);
+}
