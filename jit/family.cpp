@@ -6,6 +6,7 @@
 
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
+#include "jit/family_moe_w4a16.hpp"
 #include "runtime/error.hpp"
 
 namespace kiln::jit {
@@ -46,6 +47,7 @@ std::vector<const Family*> FamilyRegistry::list() const {
 void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<MoeRoutingFamily>());
     r.add(std::make_unique<DequantGemvFamily>());
+    r.add(std::make_unique<MoeW4A16Family>());
 }
 
 const FamilyRegistry& builtin_families() {

@@ -75,7 +75,7 @@ private:
     std::vector<std::unique_ptr<Family>> families_;
 };
 
-// Adds kiln's built-in families (moe_routing, dequant_gemv) to `r`.
+// Adds kiln's built-in families (moe_routing, dequant_gemv, moe_w4a16) to `r`.
 void register_builtin_families(FamilyRegistry& r);
 
 // A process-wide registry holding the built-in families, built on first use.

@@ -85,4 +85,47 @@ void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtim
     stream.launch(k.host_entry, &h, sizeof h, to_string(k.desc), k.host_scratch_bytes);
 }
 
+static void expect_host_moe(const LoadedKernel& k, MoeW4A16Kernel want, const char* what) {
+    expect_host_kernel(k, MoeW4A16Family::k_name);
+    if (MoeW4A16Family::kind(k.desc) != want)
+        throw InvalidArgument(fmt::format("{}: kernel is {}", what, to_string(k.desc)));
+}
+
+void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, runtime::HostStream& stream) {
+    expect_host_kernel(k, MoeW4A16Family::k_name);
+    const MoeW4A16Kernel which = MoeW4A16Family::kind(k.desc);
+    if (which != MoeW4A16Kernel::gate_up && which != MoeW4A16Kernel::down)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_gemm: kernel is {}", to_string(k.desc)));
+    const int k_pad = (k.desc.k + 63) / 64 * 64;
+    if (p.n_pad != k.desc.n || p.k_pad != k_pad || p.k_real != k.desc.k)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_gemm: weights [{}, {}] do not match kernel {}", p.n_pad,
+                                          p.k_real, to_string(k.desc)));
+    if (p.weights == 0 || p.x == 0 || p.num_mblocks == 0 || p.mblock_info == 0 || p.sorted_token == 0)
+        throw InvalidArgument("launch_moe_w4a16_gemm: null weights, activations or routing buffers");
+    if (which == MoeW4A16Kernel::gate_up && p.inter == 0)
+        throw InvalidArgument("launch_moe_w4a16_gemm: gate_up needs the intermediate buffer");
+    if (which == MoeW4A16Kernel::down && (p.acc == 0 || p.out == 0 || p.sorted_weight == 0 || p.n_real > p.n_pad))
+        throw InvalidArgument("launch_moe_w4a16_gemm: down needs acc, out and router weights, n_real <= n_pad");
+    stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
+}
+
+void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, runtime::HostStream& stream) {
+    expect_host_moe(k, MoeW4A16Kernel::routing, "launch_moe_w4a16_routing");
+    if (p.num_experts != k.desc.experts)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_routing: {} experts, kernel built for {}", p.num_experts,
+                                          k.desc.experts));
+    if (p.num_tokens < 0 || p.topk < 1 || p.mblock_cap < 0)
+        throw InvalidArgument("launch_moe_w4a16_routing: negative token count or capacity, or topk < 1");
+    stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
+}
+
+void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, runtime::HostStream& stream) {
+    expect_host_moe(k, MoeW4A16Kernel::dequant, "launch_moe_w4a16_dequant");
+    if (p.n_pad != k.desc.n || p.k_pad != (k.desc.k + 63) / 64 * 64)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_dequant: matrix [{}, {}] does not match kernel {}", p.n_pad,
+                                          p.k_pad, to_string(k.desc)));
+    stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
+}
+
 }  // namespace kiln::jit
+

@@ -7,6 +7,7 @@
 
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
+#include "jit/family_moe_w4a16.hpp"
 #include "jit/loaded_kernel.hpp"
 #include "runtime/host_executor.hpp"
 
@@ -40,6 +41,12 @@ static_assert(sizeof(DequantGemvHostArgs) == 40);
 // that do not fit it; nothing is enqueued then.
 void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::HostStream& stream);
 void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtime::HostStream& stream);
+
+// moe_w4a16 on the host target: the device parameter blocks with host addresses in the CUdeviceptr
+// fields (the host templates read the same layouts as pointers). Same checks as the device launches.
+void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, runtime::HostStream& stream);
+void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, runtime::HostStream& stream);
+void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, runtime::HostStream& stream);
 
 // The checks and argument blocks of the launches above, for running a kernel without a stream
 // (benchmarks).

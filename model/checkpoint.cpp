@@ -10,20 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "model/expert_format.hpp"
+#include "runtime/strings.hpp"
 
 namespace kiln::model {
 
 namespace {
-
-// Joins strings with a separator (fmt::join trips a GCC 12 false positive warning).
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (i) s += sep;
-        s += v[i];
-    }
-    return s;
-}
 
 std::string describe(DType t, std::span<const int64_t> shape) {
     return fmt::format("{} {}", dtype_name(t), shape_string(shape));

@@ -10,22 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/log.hpp"
+#include "runtime/strings.hpp"
 
 namespace kiln::model {
 
 using nlohmann::json;
 
 namespace {
-
-// Joins strings with a separator (fmt::join trips a GCC 12 false positive warning).
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (i) s += sep;
-        s += v[i];
-    }
-    return s;
-}
 
 // Keys of a kimi_linear config that kiln reads nowhere but knows to be harmless for the forward pass.
 const std::set<std::string> kIgnoredKeys = {

@@ -13,20 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/atomic_file.hpp"
+#include "runtime/strings.hpp"
 
 namespace kiln::model {
 
 namespace {
-
-// Joins strings with a separator (fmt::join trips a GCC 12 false positive warning).
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (i) s += sep;
-        s += v[i];
-    }
-    return s;
-}
 
 constexpr uint64_t kMaxHeader = 100ull << 20;  // 100 MiB, far above any real header
 

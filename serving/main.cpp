@@ -7,8 +7,10 @@
 #include "cache/cache_bench.hpp"
 #include "cache/cache_cli.hpp"
 #include "jit/jit_cli.hpp"
+#include "jit/moe_w4a16_bench.hpp"
 #include "kiln_config.h"
 #include "model/model_cli.hpp"
+#include "model/reference/generate_cli.hpp"
 #include "runtime/error.hpp"
 #include "runtime/exec_target.hpp"
 #include "serving/info_cli.hpp"
@@ -35,17 +37,18 @@ int main(int argc, char** argv) {
     CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
 
+    kiln::serving::add_info_command(app);
     kiln::cache::add_cache_commands(app);
     kiln::cache::add_cache_bench(*bench);
+    kiln::jit::add_jit_commands(app);
+    kiln::jit::add_jit_bench(*bench);
+    kiln::jit::add_moe_bench(*bench);
     kiln::model::add_model_commands(app);
+    kiln::model::reference::add_reference_commands(app, *bench);
 #if KILN_HAVE_TOKENIZER
     kiln::model::add_tokenizer_commands(app);
     kiln::model::add_tokenizer_bench_commands(*bench);
 #endif
-
-    kiln::serving::add_info_command(app);
-    kiln::jit::add_jit_commands(app);
-    kiln::jit::add_jit_bench(*bench);
 #if KILN_HAVE_HOST_JIT
     kiln::jit::add_host_bench(*bench);
 #else

@@ -12,6 +12,7 @@
 #include "jit/family.hpp"
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
+#include "jit/family_moe_w4a16.hpp"
 #include "jit/host_compiler.hpp"
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
@@ -131,25 +132,42 @@ void check_gemv(HostKernelLoader& loader, runtime::HostStream& stream, const Gem
 
 }  // namespace
 
+// Host descriptors that exercise every kernel of a family; a family missing here fails the test.
+std::vector<KernelDescriptor> host_descriptors(const Family& f) {
+    const Target host = Target::host_target();
+    if (f.name() == "dequant_gemv") return {DequantGemvFamily::descriptor(1, 64, 64, host)};
+    if (f.name() == "moe_routing") return {MoeRoutingFamily::descriptor(8, 2, host)};
+    if (f.name() == "moe_w4a16") {
+        std::vector<KernelDescriptor> out = {MoeW4A16Family::routing(8, 1, host)};
+        for (MoeW4A16Kernel k : {MoeW4A16Kernel::gate_up, MoeW4A16Kernel::down, MoeW4A16Kernel::dequant}) {
+            KernelDescriptor d;
+            d.family = ShortName("moe_w4a16");
+            d.weight_format = WeightFormat::mxfp4_g32_e8m0;
+            d.n = 128;
+            d.k = 96;
+            d.target = host;
+            d.config.flags = static_cast<uint32_t>(k);
+            out.push_back(d);
+        }
+        return out;
+    }
+    FAIL("no host descriptor for family " << std::string(f.name()) << ": add one to this test");
+    return {};
+}
+
 TEST_CASE("every built-in family has a host template that compiles") {
     HostKernelLoader loader;
     for (const Family* f : builtin_families().list()) {
         CAPTURE(std::string(f->name()));
         REQUIRE(f->has_host_source());
-        KernelDescriptor d;
-        d.family = ShortName(f->name());
-        d.target = Target::host_target();
-        d.m = 1;
-        d.n = 64;
-        d.k = 64;
-        d.experts = 8;
-        d.topk = 2;
-        const LoadedKernel& k = loader.get(d);
-        CHECK(static_cast<bool>(k.host_entry));
-        CHECK(k.desc.target.is_host());
-        HostKernelSource src = loader.source(k.desc);
-        CHECK(!src.headers.empty());
-        for (const auto& [name, bytes] : src.headers) CHECK(name.rfind("host/", 0) == 0);
+        for (const KernelDescriptor& d : host_descriptors(*f)) {
+            const LoadedKernel& k = loader.get(d);
+            CHECK(static_cast<bool>(k.host_entry));
+            CHECK(k.desc.target.is_host());
+            HostKernelSource src = loader.source(k.desc);
+            CHECK(!src.headers.empty());
+            for (const auto& [name, bytes] : src.headers) CHECK(name.rfind("host/", 0) == 0);
+        }
     }
 }
 

@@ -63,7 +63,7 @@ TEST_CASE("kiln jit families lists the built-in families") {
     Run j = sb.kiln("jit families --json");
     REQUIRE(j.rc == 0);
     auto fams = nlohmann::json::parse(j.out);
-    REQUIRE(fams.size() == 2);
+    REQUIRE(fams.size() == 3);
     CHECK(fams[0]["family"] == "dequant_gemv");
     CHECK(fams[1]["modes"][0] == "indexed");
 }

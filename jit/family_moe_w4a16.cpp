@@ -1,0 +1,334 @@
+#include "jit/family_moe_w4a16.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/error.hpp"
+#include "runtime/library.hpp"
+
+namespace kiln::jit {
+
+namespace {
+
+constexpr int k_smem_limit = 232448;  // 227 KB of dynamic shared memory per CTA on sm_90
+
+int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+int tiles_of(int block_m) {
+    if (block_m != 8 && block_m != 16 && block_m != 32)
+        throw InvalidArgument(fmt::format("moe_w4a16: block_m={} must be 8, 16 or 32 (1, 2 or 4 token tiles)", block_m));
+    return block_m / 8;
+}
+
+int record_bytes(WeightFormat f) { return 8 * (512 + (f == WeightFormat::int4_g32_bf16 ? 64 : 32)); }
+
+const char* format_param(WeightFormat f) {
+    return f == WeightFormat::int4_g32_bf16 ? "kiln_dev::moe::kFormatInt4" : "kiln_dev::moe::kFormatMxfp4";
+}
+
+WeightFormat to_descriptor_format(moe::W4Format f) {
+    return f == moe::W4Format::int4_g32_bf16 ? WeightFormat::int4_g32_bf16 : WeightFormat::mxfp4_g32_e8m0;
+}
+
+// Host target: the fields the host kernels bake in (see the header); the rest stay zero.
+KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
+    KernelDescriptor d;
+    d.family = ShortName(MoeW4A16Family::k_name);
+    d.mode = ShortName("indexed");
+    d.target = in.target;
+    const uint32_t kind_bits = in.config.flags & MoeW4A16Family::k_flag_kind_mask;
+    const auto which = static_cast<MoeW4A16Kernel>(kind_bits);
+    d.config.flags = kind_bits;
+    if (which == MoeW4A16Kernel::routing) {
+        if (in.experts < 1 || in.experts > MoeW4A16Family::k_max_experts)
+            throw InvalidArgument(fmt::format("moe_w4a16: routing needs experts in [1, {}], got {}",
+                                              MoeW4A16Family::k_max_experts, in.experts));
+        if (in.weight_format != WeightFormat::none)
+            throw InvalidArgument("moe_w4a16: the routing kernel takes no weights (weight format must be none)");
+        d.experts = in.experts;
+        d.act_dtype = runtime::DType::i32;
+        d.config.block_m = static_cast<uint16_t>(8 * tiles_of(in.config.block_m ? in.config.block_m : 8));
+        return d;
+    }
+    if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
+        throw InvalidArgument("moe_w4a16: weight format must be int4_g32_bf16 or mxfp4_g32_e8m0");
+    if (in.n <= 0 || in.n % MoeW4A16Family::k_superblock_rows != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: n={} must be the layout's padded row count (a positive "
+                                          "multiple of {}; see PreparedMoeWeights::n_pad)",
+                                          in.n, MoeW4A16Family::k_superblock_rows));
+    if (in.k <= 0 || in.k % 32 != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: k={} must be a positive multiple of the group size 32", in.k));
+    d.weight_format = in.weight_format;
+    d.n = in.n;
+    d.k = in.k;
+    d.act_dtype = runtime::DType::bf16;
+    if (which == MoeW4A16Kernel::dequant) return d;
+    if (which == MoeW4A16Kernel::gate_up) d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_situ;
+    d.config.block_m = static_cast<uint16_t>(8 * tiles_of(in.config.block_m ? in.config.block_m : 8));
+    d.config.block_n = MoeW4A16Family::k_superblock_rows;
+    return d;
+}
+
+const char* host_format_param(WeightFormat f) {
+    return f == WeightFormat::int4_g32_bf16 ? "kiln_host::moe::kFormatInt4" : "kiln_host::moe::kFormatMxfp4";
+}
+
+}  // namespace
+
+int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs) {
+    const int x_stride = 128 * recs + 16;
+    const int meta = recs * record_bytes(f) + 8 * tiles * x_stride;
+    return round_up(meta + 16, 128);
+}
+
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
+    const int per_group = k_smem_limit / 4 - 128;
+    return std::min(8, per_group / moe_w4a16_stage_bytes(f, tiles, recs));
+}
+
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
+    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(8 * stages, 128);
+    return static_cast<uint32_t>(4 * group);
+}
+
+KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const {
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    if (in.mode.empty() || in.mode.view() == "indexed") d.mode = ShortName("indexed");
+    else throw InvalidArgument(fmt::format("moe_w4a16: unknown mode '{}' (modes: indexed)", in.mode.view()));
+    if (in.target.is_host()) return canonicalize_host(in);
+    if (in.target.arch < 90 || (in.target.arch == 90 && in.target.suffix != 'a'))
+        throw InvalidArgument(fmt::format("moe_w4a16: target {} is not supported (needs sm_90a: bulk async copies, "
+                                          "mbarriers, bf16x2 arithmetic)",
+                                          to_string(in.target)));
+    if (in.target.arch != 90)
+        throw InvalidArgument(fmt::format("moe_w4a16: target {} has no tuned configuration yet (sm_90a only)",
+                                          to_string(in.target)));
+    d.target = in.target;
+    const uint32_t kind_bits = in.config.flags & k_flag_kind_mask;
+    const auto which = static_cast<MoeW4A16Kernel>(kind_bits);
+    d.config.flags = kind_bits;
+
+    if (which == MoeW4A16Kernel::routing) {
+        if (in.experts < 1 || in.experts > k_max_experts)
+            throw InvalidArgument(fmt::format("moe_w4a16: routing needs experts in [1, {}], got {}", k_max_experts, in.experts));
+        if (in.weight_format != WeightFormat::none)
+            throw InvalidArgument("moe_w4a16: the routing kernel takes no weights (weight format must be none)");
+        d.experts = in.experts;
+        d.act_dtype = runtime::DType::i32;
+        tiles_of(in.config.block_m ? in.config.block_m : 8);
+        d.config.block_m = static_cast<uint16_t>(in.config.block_m ? in.config.block_m : 8);
+        d.config.warps = 32;
+        return d;
+    }
+
+    if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
+        throw InvalidArgument("moe_w4a16: weight format must be int4_g32_bf16 or mxfp4_g32_e8m0");
+    if (in.n <= 0 || in.n % k_superblock_rows != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: n={} must be the layout's padded row count (a positive "
+                                          "multiple of {}; see PreparedMoeWeights::n_pad)",
+                                          in.n, k_superblock_rows));
+    if (in.k <= 0 || in.k % 32 != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: k={} must be a positive multiple of the group size 32", in.k));
+    d.weight_format = in.weight_format;
+    d.n = in.n;
+    d.k = in.k;
+    d.act_dtype = runtime::DType::bf16;
+    if (in.weight_format == WeightFormat::mxfp4_g32_e8m0) d.config.flags |= in.config.flags & k_flag_wide_scale;
+    if (which == MoeW4A16Kernel::dequant) return d;
+
+    const int tiles = tiles_of(in.config.block_m ? in.config.block_m : 8);
+    const int k_pad = round_up(in.k, 64);
+    const int recs = k_pad % 128 == 0 ? 2 : 1;
+    if (which == MoeW4A16Kernel::gate_up) {
+        d.config.flags |= in.config.flags & k_flag_situ;
+        if (in.k % 64 != 0) d.config.flags |= k_flag_mask_k;
+    }
+    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs);
+    if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs) > static_cast<uint32_t>(k_smem_limit))
+        throw InvalidArgument(fmt::format("moe_w4a16: {} stages of {} token tiles do not fit in shared memory", stages, tiles));
+    d.config.block_m = static_cast<uint16_t>(8 * tiles);
+    d.config.block_n = k_superblock_rows;
+    d.config.block_k = static_cast<uint16_t>(64 * recs);
+    d.config.stages = static_cast<uint8_t>(stages);
+    d.config.ctas_per_sm = 1;
+    d.config.warps = 16;
+    return d;
+}
+
+uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
+    switch (kind(d)) {
+        case MoeW4A16Kernel::routing: return static_cast<uint32_t>(2 * 4 * d.experts);
+        case MoeW4A16Kernel::dequant: return 0;
+        default:
+            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
+    }
+}
+
+DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
+    DeviceSource s;
+    const bool wide = (d.config.flags & k_flag_wide_scale) != 0;
+    switch (kind(d)) {
+        case MoeW4A16Kernel::routing:
+            s.file_name = "moe_w4a16_routing.cu";
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_routing<{}>", d.config.block_m);
+            s.source = fmt::format("// {}\n#include \"device/moe_w4a16_routing.cuh\"\n", to_string(d));
+            return s;
+        case MoeW4A16Kernel::dequant:
+            s.file_name = "moe_w4a16_dequant.cu";
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_dequant<{}, {}, 8>", format_param(d.weight_format), wide);
+            s.source = fmt::format("// {}\n#include \"device/moe_w4a16_dequant.cuh\"\n", to_string(d));
+            return s;
+        default: {
+            const bool down = kind(d) == MoeW4A16Kernel::down;
+            const bool situ = (d.config.flags & k_flag_situ) != 0;
+            const bool mask = (d.config.flags & k_flag_mask_k) != 0;
+            s.file_name = down ? "moe_w4a16_down.cu" : "moe_w4a16_gate_up.cu";
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode<{}, {}, {}, {}, {}, {}, {}, {}>",
+                                      format_param(d.weight_format), wide, down ? 1 : 0, situ ? 1 : 0, mask,
+                                      d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
+            s.source = fmt::format("// {}\n#include \"device/moe_w4a16_decode.cuh\"\n", to_string(d));
+            return s;
+        }
+    }
+}
+
+HostSource MoeW4A16Family::host_source(const KernelDescriptor& d) const {
+    HostSource s;
+    std::string call;
+    switch (kind(d)) {
+        case MoeW4A16Kernel::routing:
+            s.file_name = "moe_w4a16_routing_host.cpp";
+            s.entry = "kiln_moe_w4a16_routing";
+            call = fmt::format("kiln_host::moe::routing<{}, {}>(ctx, *static_cast<const kiln_host::moe::RoutingParams*>(args))",
+                               d.experts, d.config.block_m);
+            break;
+        case MoeW4A16Kernel::dequant:
+            s.file_name = "moe_w4a16_dequant_host.cpp";
+            s.entry = "kiln_moe_w4a16_dequant";
+            call = fmt::format(
+                "kiln_host::moe::dequant<{}, {}, {}>(ctx, *static_cast<const kiln_host::moe::DequantParams*>(args))",
+                host_format_param(d.weight_format), d.n, round_up(d.k, 64));
+            break;
+        default: {
+            const bool down = kind(d) == MoeW4A16Kernel::down;
+            const bool situ = (d.config.flags & k_flag_situ) != 0;
+            s.file_name = down ? "moe_w4a16_down_host.cpp" : "moe_w4a16_gate_up_host.cpp";
+            s.entry = down ? "kiln_moe_w4a16_down" : "kiln_moe_w4a16_gate_up";
+            call = fmt::format(
+                "kiln_host::moe::gemm<{}, {}, {}, {}, {}, {}>(ctx, *static_cast<const kiln_host::moe::DecodeParams*>(args))",
+                host_format_param(d.weight_format), down ? 1 : 0, situ ? 1 : 0, d.config.block_m, d.n, round_up(d.k, 64));
+            break;
+        }
+    }
+    s.source = fmt::format(
+        "// {}\n"
+        "#include \"host/moe_w4a16.hpp\"\n"
+        "extern \"C\" void {}(const kiln_host_ctx* ctx, const void* args) {{\n"
+        "    KILN_HOST_ENTRY_GUARD(ctx, 0);\n"
+        "    {};\n"
+        "}}\n",
+        to_string(d), s.entry, call);
+    return s;
+}
+
+KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
+                                      int tiles, Target target) {
+    if (which != MoeW4A16Kernel::gate_up && which != MoeW4A16Kernel::down)
+        throw InvalidArgument("moe_w4a16: gemm() builds gate_up or down descriptors");
+    moe::require_layout(w, moe::W4Layout::decode_mma16, w.format,
+                        which == MoeW4A16Kernel::gate_up ? "decode gate_up" : "decode down");
+    if ((which == MoeW4A16Kernel::gate_up) != w.gate_up)
+        throw InvalidArgument(fmt::format("moe_w4a16: the {} kernel needs {} weights",
+                                          which == MoeW4A16Kernel::gate_up ? "gate_up" : "down",
+                                          which == MoeW4A16Kernel::gate_up ? "interleaved gate/up" : "plain down"));
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    d.mode = ShortName("indexed");
+    d.weight_format = to_descriptor_format(w.format);
+    d.n = w.n_pad;
+    d.k = w.k;
+    d.target = target;
+    d.config.block_m = static_cast<uint16_t>(8 * tiles);
+    d.config.flags = static_cast<uint32_t>(which);
+    if (act == MoeActivation::situ_glu && which == MoeW4A16Kernel::gate_up) d.config.flags |= k_flag_situ;
+    if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
+    return MoeW4A16Family().canonicalize(d);
+}
+
+KernelDescriptor MoeW4A16Family::routing(int experts, int tiles, Target target) {
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    d.mode = ShortName("indexed");
+    d.experts = experts;
+    d.target = target;
+    d.config.block_m = static_cast<uint16_t>(8 * tiles);
+    d.config.flags = static_cast<uint32_t>(MoeW4A16Kernel::routing);
+    return MoeW4A16Family().canonicalize(d);
+}
+
+KernelDescriptor MoeW4A16Family::dequant(const moe::PreparedMoeWeights& w, Target target) {
+    moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, "dequant");
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    d.mode = ShortName("indexed");
+    d.weight_format = to_descriptor_format(w.format);
+    d.n = w.n_pad;
+    d.k = w.k;
+    d.target = target;
+    d.config.flags = static_cast<uint32_t>(MoeW4A16Kernel::dequant);
+    if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
+    return MoeW4A16Family().canonicalize(d);
+}
+
+static void expect_kind(const LoadedKernel& k, MoeW4A16Kernel want, const char* what) {
+    if (k.desc.family.view() != MoeW4A16Family::k_name || MoeW4A16Family::kind(k.desc) != want)
+        throw InvalidArgument(fmt::format("{}: kernel is {}", what, to_string(k.desc)));
+}
+
+void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream) {
+    const MoeW4A16Kernel which = MoeW4A16Family::kind(k.desc);
+    if (k.desc.family.view() != MoeW4A16Family::k_name ||
+        (which != MoeW4A16Kernel::gate_up && which != MoeW4A16Kernel::down))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_gemm: kernel is {}", to_string(k.desc)));
+    if (p.n_pad != k.desc.n || p.k_pad != round_up(k.desc.k, 64) || p.k_real != k.desc.k)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_gemm: weights [{}, {}] do not match kernel {}", p.n_pad,
+                                          p.k_real, to_string(k.desc)));
+    if (sm_count < 1) throw InvalidArgument("launch_moe_w4a16_gemm: no SMs");
+    MoeW4A16DecodeParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
+    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
+    dims.smem = k.dynamic_smem;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream) {
+    expect_kind(k, MoeW4A16Kernel::routing, "launch_moe_w4a16_routing");
+    if (p.num_experts != k.desc.experts)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_routing: {} experts, kernel built for {}", p.num_experts,
+                                          k.desc.experts));
+    MoeW4A16RoutingParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.block = {1024, 1, 1};
+    dims.smem = k.dynamic_smem;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream) {
+    expect_kind(k, MoeW4A16Kernel::dequant, "launch_moe_w4a16_dequant");
+    if (p.n_pad != k.desc.n || p.k_pad != round_up(k.desc.k, 64))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_dequant: matrix [{}, {}] does not match kernel {}", p.n_pad,
+                                          p.k_pad, to_string(k.desc)));
+    MoeW4A16DequantParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {128, 1, 1};
+    dims.block = {256, 1, 1};
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+}  // namespace kiln::jit

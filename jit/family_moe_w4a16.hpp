@@ -1,0 +1,116 @@
+// Family `moe_w4a16`, mode `indexed`: the W4A16 routed-expert kernels (INT4 group-32 with bf16 scales,
+// MXFP4 group-32 with E8M0 scales) for decode-sized batches, generated from
+// templates/device/moe_w4a16_*.cuh. One descriptor names one of four kernels (config.flags bits 0-1):
+//
+//   gate_up  n = layout rows (2 x intermediate, padded), k = hidden; fused SiLU-GLU / SiTU-GLU epilogue
+//   down     n = layout rows (hidden, padded), k = intermediate; router-weighted, combined per token
+//   routing  experts; top-k ids -> per-expert rows in m-blocks of block_m, their tokens and weights
+//   dequant  n, k; expands one expert matrix from the kernel layout to bf16 (fused path, for tests)
+//
+// Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
+// (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2) and
+// the wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128). M is never baked in.
+// The GEMMs run one persistent CTA of 512 threads per SM (grid = SM count); the routing kernel one CTA.
+// Host target (templates/host/moe_w4a16.hpp): the same four kernels and parameter blocks on the host
+// thread pool; they bake in the format, n, k, block_m, the activation and (routing) the expert count;
+// stages, block_k, warps, the K mask and the wide-scale path do not apply there and are zero.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "jit/family.hpp"
+#include "jit/loaded_kernel.hpp"
+#include "jit/moe_w4a16_weights.hpp"
+
+namespace kiln::jit {
+
+enum class MoeW4A16Kernel : uint32_t { gate_up = 0, down = 1, routing = 2, dequant = 3 };
+enum class MoeActivation : uint8_t { silu_glu = 0, situ_glu = 1 };
+
+class MoeW4A16Family final : public Family {
+public:
+    static constexpr std::string_view k_name = "moe_w4a16";
+    static constexpr uint32_t k_flag_kind_mask = 3u;
+    static constexpr uint32_t k_flag_situ = 1u << 2;
+    static constexpr uint32_t k_flag_wide_scale = 1u << 3;
+    static constexpr uint32_t k_flag_mask_k = 1u << 4;  // derived: K is not a multiple of 64
+    static constexpr int k_threads = 512;
+    static constexpr int k_superblock_rows = 128;
+    static constexpr int k_max_experts = 4096;
+
+    std::string_view name() const override { return k_name; }
+    std::string_view summary() const override {
+        return "W4A16 MoE (INT4 / MXFP4 group-32): routing prep, fused gate_up + GLU, combined down";
+    }
+    std::vector<std::string> modes() const override { return {"indexed"}; }
+    std::string_view dims() const override {
+        return "kernel (fl bits 0-1: gate_up, down, routing, dequant), weight format, n, k, experts (routing); "
+               "config bm (8/16/32 rows per m-block), st (stages), bk (64/128), fl bit 2 SiTU, bit 3 wide scales";
+    }
+    KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
+    DeviceSource device_source(const KernelDescriptor& d) const override;
+    uint32_t max_dynamic_smem(const KernelDescriptor& d) const override;
+    bool has_host_source() const override { return true; }
+    HostSource host_source(const KernelDescriptor& d) const override;  // templates/host/moe_w4a16.hpp
+
+    static MoeW4A16Kernel kind(const KernelDescriptor& d) {
+        return static_cast<MoeW4A16Kernel>(d.config.flags & k_flag_kind_mask);
+    }
+
+    // Canonical descriptors. `tiles` is 1, 2 or 4 token tiles of 8 rows per m-block.
+    static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
+                                 Target target);
+    static KernelDescriptor routing(int experts, int tiles, Target target);
+    static KernelDescriptor dequant(const moe::PreparedMoeWeights& w, Target target);
+};
+
+// Shared memory a decode GEMM group needs, mirroring templates/device/moe_w4a16_decode.cuh.
+int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs);
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs);
+
+// Kernel parameters, laid out exactly like the device structs they are passed as.
+struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
+    CUdeviceptr weights;        // expert 0's records
+    uint64_t expert_stride;
+    CUdeviceptr x;              // gate_up: activations [M, x_stride]; down: intermediate
+    int32_t x_stride, k_real, k_pad, n_pad, n_real;
+    CUdeviceptr num_mblocks, mblock_info, sorted_token, sorted_weight;
+    int32_t num_tokens;
+    CUdeviceptr inter;
+    int32_t inter_stride;
+    CUdeviceptr acc;
+    int32_t acc_stride;
+    CUdeviceptr out;
+    int32_t out_stride;
+    CUdeviceptr counters;
+};
+static_assert(sizeof(MoeW4A16DecodeParams) == 144);
+static_assert(offsetof(MoeW4A16DecodeParams, num_mblocks) == 48);
+static_assert(offsetof(MoeW4A16DecodeParams, inter) == 88);
+static_assert(offsetof(MoeW4A16DecodeParams, acc) == 104);
+static_assert(offsetof(MoeW4A16DecodeParams, out) == 120);
+static_assert(offsetof(MoeW4A16DecodeParams, counters) == 136);
+
+struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
+    CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
+    int32_t num_tokens, topk, num_experts, mblock_cap;
+};
+static_assert(sizeof(MoeW4A16RoutingParams) == 72);
+static_assert(offsetof(MoeW4A16RoutingParams, mblock_cap) == 68);
+
+struct MoeW4A16DequantParams {  // kiln_dev::moe::DequantParams
+    CUdeviceptr weights, out;
+    int32_t n_pad, k_pad;
+};
+static_assert(sizeof(MoeW4A16DequantParams) == 24);
+
+// Launches (argument checks in jit/moe_w4a16.cpp, which owns the buffers). `sm_count` CTAs for GEMMs.
+void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
+void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream);
+void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream);
+
+}  // namespace kiln::jit

@@ -1,0 +1,177 @@
+#include "jit/moe_w4a16.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
+
+namespace kiln::jit {
+
+using runtime::DType;
+using runtime::Location;
+using runtime::TensorView;
+
+DeviceMoeWeights DeviceMoeWeights::upload(const moe::PreparedMoeWeights& w) {
+    DeviceMoeWeights d;
+    d.buffer = runtime::DeviceBuffer(w.bytes.size());
+    runtime::copy_h2d(d.buffer.ptr(), w.bytes.data(), w.bytes.size());
+    d.meta = w;
+    d.meta.bytes.clear();
+    d.meta.bytes.shrink_to_fit();
+    return d;
+}
+
+int MoeW4A16::choose_tiles(int64_t tokens, int topk, int experts) {
+    const double n = static_cast<double>(tokens) * topk;
+    if (n <= 0 || experts <= 0) return 1;
+    const double active = experts * (1.0 - std::pow(1.0 - 1.0 / experts, n));
+    const double rows = n / std::max(1.0, active);
+    if (rows <= 5.0) return 1;
+    if (rows <= 11.0) return 2;
+    return 4;
+}
+
+MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, const moe::PreparedMoeWeights& down,
+                   const MoeW4A16Options& opt)
+    : opt_(opt) {
+    if (!gate_up.gate_up) throw InvalidArgument("moe_w4a16: the first weights must be the interleaved gate/up matrices");
+    if (down.gate_up) throw InvalidArgument("moe_w4a16: the second weights must be the down matrices");
+    if (gate_up.format != down.format)
+        throw InvalidArgument(fmt::format("moe_w4a16: gate_up is {} but down is {}", moe::to_string(gate_up.format),
+                                          moe::to_string(down.format)));
+    if (gate_up.experts != down.experts)
+        throw InvalidArgument(fmt::format("moe_w4a16: {} gate_up experts but {} down experts", gate_up.experts, down.experts));
+    if (gate_up.k != down.n || gate_up.n != down.k)
+        throw InvalidArgument(fmt::format("moe_w4a16: gate_up [2x{}, {}] does not chain into down [{}, {}]", gate_up.n,
+                                          gate_up.k, down.n, down.k));
+    if (gate_up.n_pad / 2 != down.k_pad)
+        throw InvalidArgument("moe_w4a16: gate_up and down were padded inconsistently (prepare both with this kiln)");
+    if (opt.topk < 1 || opt.max_tokens < 1) throw InvalidArgument("moe_w4a16: topk and max_tokens must be positive");
+    gu_ = gate_up;
+    gu_.bytes.clear();
+    dn_ = down;
+    dn_.bytes.clear();
+    hidden_ = down.n;
+    inter_pad_ = down.k_pad;
+    experts_ = down.experts;
+    tiles_ = opt.tiles ? opt.tiles : choose_tiles(opt.max_tokens, opt.topk, experts_);
+    if (tiles_ != 1 && tiles_ != 2 && tiles_ != 4)
+        throw InvalidArgument(fmt::format("moe_w4a16: tiles={} must be 1, 2 or 4", tiles_));
+
+    const Target target = disp.device_target();
+    k_routing_ = &disp.get(MoeW4A16Family::routing(experts_, tiles_, target));
+    k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target));
+    k_down_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target));
+    sm_count_ = runtime::device_props(0).sm_count;
+
+    const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
+    const int bm = 8 * tiles_;
+    mblock_cap_ = static_cast<int>(slots / bm + std::min<int64_t>(experts_, slots) + 1);
+    const size_t rows = static_cast<size_t>(mblock_cap_) * bm;
+    counts_ = runtime::DeviceBuffer(static_cast<size_t>(experts_) * 4);
+    nmb_ = runtime::DeviceBuffer(4);
+    info_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_) * 8);
+    sorted_token_ = runtime::DeviceBuffer(rows * 4);
+    sorted_weight_ = runtime::DeviceBuffer(rows * 4);
+    inter_ = runtime::DeviceBuffer(rows * inter_pad_ * 2);
+    acc_ = runtime::DeviceBuffer(static_cast<size_t>(opt.max_tokens) * dn_.n_pad * 4);
+    counters_ = runtime::DeviceBuffer(static_cast<size_t>(dn_.n_pad / 16) * 4);
+    runtime::fill_u32(acc_.ptr(), 0, acc_.size() / 4);
+    runtime::fill_u32(counters_.ptr(), 0, counters_.size() / 4);
+}
+
+void MoeW4A16::check_views(const TensorView& x, const TensorView& ids, const TensorView& w, const TensorView& out) const {
+    runtime::expect_tensor(ids, "moe_w4a16 topk_ids", DType::i32, 2, Location::device);
+    const int64_t m = ids.shape[0];
+    runtime::expect_shape(ids, "moe_w4a16 topk_ids", {m, opt_.topk});
+    runtime::expect_tensor(w, "moe_w4a16 topk_weights", DType::f32, 2, Location::device);
+    runtime::expect_shape(w, "moe_w4a16 topk_weights", {m, opt_.topk});
+    runtime::expect_tensor(x, "moe_w4a16 x", DType::bf16, 2, Location::device);
+    runtime::expect_shape(x, "moe_w4a16 x", {m, hidden_});
+    runtime::expect_tensor(out, "moe_w4a16 out", DType::bf16, 2, Location::device);
+    runtime::expect_shape(out, "moe_w4a16 out", {m, hidden_});
+    for (const TensorView* t : {&ids, &w, &x, &out})
+        if (!t->is_contiguous()) throw InvalidArgument(fmt::format("moe_w4a16: {} must be contiguous", t->describe()));
+    if (m > opt_.max_tokens)
+        throw InvalidArgument(fmt::format("moe_w4a16: {} tokens exceed the workspace ({} tokens)", m, opt_.max_tokens));
+    if ((reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 != 0)
+        throw InvalidArgument("moe_w4a16: x and out must be 16-byte aligned");
+}
+
+void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk_weights, CUstream stream) {
+    runtime::expect_tensor(topk_ids, "moe_w4a16 topk_ids", DType::i32, 2, Location::device);
+    runtime::expect_tensor(topk_weights, "moe_w4a16 topk_weights", DType::f32, 2, Location::device);
+    if (topk_ids.shape[0] > opt_.max_tokens || topk_ids.shape[1] != opt_.topk)
+        throw InvalidArgument(fmt::format("moe_w4a16: topk_ids {} does not fit [<= {}, {}]", topk_ids.describe(),
+                                          opt_.max_tokens, opt_.topk));
+    tokens_ = static_cast<int>(topk_ids.shape[0]);
+    MoeW4A16RoutingParams p{};
+    p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
+    p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
+    p.expert_count = counts_.ptr();
+    p.num_mblocks = nmb_.ptr();
+    p.mblock_info = info_.ptr();
+    p.sorted_token = sorted_token_.ptr();
+    p.sorted_weight = sorted_weight_.ptr();
+    p.num_tokens = tokens_;
+    p.topk = opt_.topk;
+    p.num_experts = experts_;
+    p.mblock_cap = mblock_cap_;
+    launch_moe_w4a16_routing(*k_routing_, p, stream);
+}
+
+void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream stream) {
+    MoeW4A16DecodeParams p{};
+    p.weights = gate_up;
+    p.expert_stride = gu_.expert_stride;
+    p.x = reinterpret_cast<CUdeviceptr>(x.data);
+    p.x_stride = hidden_;
+    p.k_real = gu_.k;
+    p.k_pad = gu_.k_pad;
+    p.n_pad = gu_.n_pad;
+    p.n_real = gu_.n_pad;
+    p.num_mblocks = nmb_.ptr();
+    p.mblock_info = info_.ptr();
+    p.sorted_token = sorted_token_.ptr();
+    p.sorted_weight = sorted_weight_.ptr();
+    p.num_tokens = tokens_;
+    p.inter = inter_.ptr();
+    p.inter_stride = inter_pad_;
+    launch_moe_w4a16_gemm(*k_gate_up_, p, sm_count_, stream);
+}
+
+void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
+    MoeW4A16DecodeParams p{};
+    p.weights = down;
+    p.expert_stride = dn_.expert_stride;
+    p.x = inter_.ptr();
+    p.x_stride = inter_pad_;
+    p.k_real = dn_.k;
+    p.k_pad = dn_.k_pad;
+    p.n_pad = dn_.n_pad;
+    p.n_real = hidden_;
+    p.num_mblocks = nmb_.ptr();
+    p.mblock_info = info_.ptr();
+    p.sorted_token = sorted_token_.ptr();
+    p.sorted_weight = sorted_weight_.ptr();
+    p.num_tokens = tokens_;
+    p.acc = acc_.ptr();
+    p.acc_stride = dn_.n_pad;
+    p.out = reinterpret_cast<CUdeviceptr>(out.data);
+    p.out_stride = hidden_;
+    p.counters = counters_.ptr();
+    launch_moe_w4a16_gemm(*k_down_, p, sm_count_, stream);
+}
+
+void MoeW4A16::forward(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, const TensorView& topk_ids,
+                       const TensorView& topk_weights, const TensorView& out, CUstream stream) {
+    check_views(x, topk_ids, topk_weights, out);
+    launch_routing(topk_ids, topk_weights, stream);
+    launch_gate_up(gate_up, x, stream);
+    launch_down(down, out, stream);
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,87 @@
+// One W4A16 routed-expert layer on the GPU: routing prep, gate_up with the GLU, down with the router
+// weights and the per-token combine, three launches on one stream and nothing read back to the host
+// (graph-capturable).
+//
+//   MoeW4A16 layer(dispatcher, gate_up_weights, down_weights, {act, topk, max_tokens});
+//   layer.forward(gate_up_ptr, down_ptr, x, topk_ids, topk_weights, out, stream);
+//
+// The weights are prepared in the decode layout (jit/moe_w4a16_weights.hpp) and live on the device
+// (DeviceMoeWeights, or any pointer to bytes of that layout: benchmarks rotate copies). The layer owns
+// its workspace (sorted rows, the bf16 intermediate, an fp32 accumulator that every call leaves at
+// zero, per-slice counters). Token ids outside [0, experts) are skipped (experts of other EP ranks);
+// a token with no local expert gets a zero output row.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "jit/dispatcher.hpp"
+#include "jit/family_moe_w4a16.hpp"
+#include "jit/moe_w4a16_weights.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/tensor.hpp"
+
+namespace kiln::jit {
+
+// Expert weights of one matrix kind (gate_up or down) on the device.
+struct DeviceMoeWeights {
+    moe::PreparedMoeWeights meta;  // layout metadata; bytes left empty
+    runtime::DeviceBuffer buffer;
+
+    static DeviceMoeWeights upload(const moe::PreparedMoeWeights& w);
+    CUdeviceptr ptr() const { return buffer.ptr(); }
+};
+
+struct MoeW4A16Options {
+    MoeActivation act = MoeActivation::silu_glu;
+    int topk = 8;
+    int max_tokens = 1;  // workspace capacity: tokens per forward
+    int tiles = 0;       // token tiles of 8 per m-block (1, 2, 4); 0 = choose_tiles(max_tokens, ...)
+};
+
+class MoeW4A16 {
+public:
+    // `gate_up` and `down` are layout metadata (their bytes are not used). Throws InvalidArgument for
+    // mismatched shapes, formats or layouts (prefill-packed weights are refused here).
+    MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, const moe::PreparedMoeWeights& down,
+             const MoeW4A16Options& opt);
+
+    // x bf16 [M, hidden], topk_ids i32 [M, topk], topk_weights f32 [M, topk], out bf16 [M, hidden]; all on the
+    // device, M <= max_tokens, rows contiguous. The weight pointers hold the layouts given at construction.
+    void forward(CUdeviceptr gate_up, CUdeviceptr down, const runtime::TensorView& x,
+                 const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights,
+                 const runtime::TensorView& out, CUstream stream);
+
+    // The three launches separately (benchmarks time them one by one); forward() is these in order.
+    void launch_routing(const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights, CUstream stream);
+    void launch_gate_up(CUdeviceptr gate_up, const runtime::TensorView& x, CUstream stream);
+    void launch_down(CUdeviceptr down, const runtime::TensorView& out, CUstream stream);
+
+    // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
+    // 2 up to 11, else 4. Experts with more rows than a block holds take several blocks.
+    static int choose_tiles(int64_t tokens, int topk, int experts);
+
+    int tiles() const { return tiles_; }
+    const LoadedKernel& gate_up_kernel() const { return *k_gate_up_; }
+    const LoadedKernel& down_kernel() const { return *k_down_; }
+    const LoadedKernel& routing_kernel() const { return *k_routing_; }
+
+private:
+    void check_views(const runtime::TensorView& x, const runtime::TensorView& ids, const runtime::TensorView& w,
+                     const runtime::TensorView& out) const;
+
+    moe::PreparedMoeWeights gu_, dn_;  // metadata only
+    MoeW4A16Options opt_;
+    int tiles_ = 1;
+    int sm_count_ = 0;
+    int hidden_ = 0, inter_pad_ = 0, experts_ = 0;
+    int mblock_cap_ = 0;
+    int tokens_ = 0;  // M of the call in flight (set by launch_routing)
+    const LoadedKernel* k_routing_ = nullptr;
+    const LoadedKernel* k_gate_up_ = nullptr;
+    const LoadedKernel* k_down_ = nullptr;
+    runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,357 @@
+#include "jit/moe_w4a16_bench.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cache/store.hpp"
+#include "jit/dispatcher.hpp"
+#include "jit/moe_w4a16.hpp"
+#include "runtime/bf16.hpp"
+#include "runtime/device.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/error.hpp"
+#include "runtime/stream.hpp"
+
+namespace kiln::jit {
+
+namespace {
+
+using moe::W4Format;
+
+constexpr double k_hbm_floor = 4.8e12;  // H200 datasheet HBM bandwidth, bytes/s
+
+struct Scenario {
+    const char* name;
+    W4Format fmt;
+    MoeActivation act;
+    int hidden, inter, experts, topk;
+    const char* routing;  // "ep": busiest of 8 ranks, B tokens; "uniform"; "balanced"
+    int tokens;
+    int tiles;    // token tiles per m-block (the tok_e rule for this routing)
+    bool decode;  // the decode goal (>= 90% of the floor) applies
+};
+
+const std::vector<Scenario>& scenarios() {
+    using F = W4Format;
+    const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
+    static const std::vector<Scenario> s = {
+        {"k2_ep8_decode_20", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 160, 1, true},
+        {"k2_ep8_decode_50", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 400, 2, true},
+        {"k2_grouped_decode_8", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "balanced", 48, 1, true},
+        {"k2_ep8_prefill_2048", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 2048, 4, false},
+        {"k2_tp8_8192", F::int4_g32_bf16, silu, 7168, 256, 384, 8, "uniform", 8192, 4, false},
+        {"k3_ep8_decode_1", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 1, 1, true},
+        {"k3_ep8_decode_8", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 8, 1, true},
+        {"k3_ep8_decode_32", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 32, 1, true},
+        {"k3_ep8_decode_128", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 128, 1, true},
+    };
+    return s;
+}
+
+struct Routing {
+    int tokens = 0, topk = 0, experts = 0;
+    std::vector<int32_t> ids;     // [tokens, topk], -1 = expert of another rank
+    std::vector<float> weights;   // [tokens, topk]
+};
+
+void fill_weights(Routing& r, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> wd(0.05f, 1.0f);
+    r.weights.resize(static_cast<size_t>(r.tokens) * r.topk);
+    for (int t = 0; t < r.tokens; ++t) {
+        float s = 0;
+        for (int j = 0; j < r.topk; ++j) s += (r.weights[t * r.topk + j] = wd(rng));
+        for (int j = 0; j < r.topk; ++j) r.weights[t * r.topk + j] /= s;
+    }
+}
+
+std::vector<int> pick_distinct(std::mt19937_64& rng, int n, int k) {
+    std::vector<int> out;
+    std::set<int> seen;
+    std::uniform_int_distribution<int> d(0, n - 1);
+    while (static_cast<int>(out.size()) < k) {
+        const int e = d(rng);
+        if (seen.insert(e).second) out.push_back(e);
+    }
+    return out;
+}
+
+// Uniform or balanced routing over the local experts.
+Routing local_routing(const std::string& kind, int tokens, int topk, int experts, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Routing r{tokens, topk, experts, {}, {}};
+    r.ids.resize(static_cast<size_t>(tokens) * topk);
+    if (kind == "balanced") {  // every expert gets tokens * topk / experts rows
+        std::vector<int> perm(experts);
+        for (int e = 0; e < experts; ++e) perm[e] = e;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        const int stride = experts / topk;
+        for (int t = 0; t < tokens; ++t)
+            for (int j = 0; j < topk; ++j) r.ids[t * topk + j] = perm[(t + j * stride) % experts];
+    } else {
+        for (int t = 0; t < tokens; ++t) {
+            const std::vector<int> p = pick_distinct(rng, experts, topk);
+            for (int j = 0; j < topk; ++j) r.ids[t * topk + j] = p[j];
+        }
+    }
+    fill_weights(r, rng);
+    return r;
+}
+
+// Expert parallelism over 8 ranks: B tokens pick topk of 8 * local experts uniformly; the rank with the
+// most distinct experts is simulated, with the tokens that reach it (others are not dispatched to it).
+Routing ep_routing(int tokens, int topk, int local, uint64_t seed) {
+    constexpr int ranks = 8;
+    std::mt19937_64 rng(seed);
+    std::vector<std::vector<int>> picks(tokens);
+    for (auto& p : picks) p = pick_distinct(rng, local * ranks, topk);
+    int best = 0, best_count = -1;
+    for (int rk = 0; rk < ranks; ++rk) {
+        std::set<int> s;
+        for (const auto& p : picks)
+            for (int e : p)
+                if (e / local == rk) s.insert(e);
+        if (static_cast<int>(s.size()) > best_count) best_count = static_cast<int>(s.size()), best = rk;
+    }
+    Routing all{tokens, topk, local, {}, {}};
+    all.ids.assign(static_cast<size_t>(tokens) * topk, -1);
+    for (int t = 0; t < tokens; ++t)
+        for (int j = 0; j < topk; ++j) {
+            const int e = picks[t][j];
+            if (e / local == best) all.ids[t * topk + j] = e % local;
+        }
+    fill_weights(all, rng);
+    Routing r{0, topk, local, {}, {}};
+    for (int t = 0; t < tokens; ++t) {
+        bool any = false;
+        for (int j = 0; j < topk; ++j) any |= all.ids[t * topk + j] >= 0;
+        if (!any) continue;
+        r.ids.insert(r.ids.end(), all.ids.begin() + t * topk, all.ids.begin() + (t + 1) * topk);
+        r.weights.insert(r.weights.end(), all.weights.begin() + t * topk, all.weights.begin() + (t + 1) * topk);
+        ++r.tokens;
+    }
+    return r;
+}
+
+// Layout metadata for `experts` matrices of one kind (from a one-expert preparation of zeros).
+moe::PreparedMoeWeights layout_meta(W4Format fmt, bool gate_up, int experts, int n, int k) {
+    const bool int4 = fmt == W4Format::int4_g32_bf16;
+    std::vector<std::byte> packed(int4 ? static_cast<size_t>(n) * (k / 8) * 4 : static_cast<size_t>(n) * (k / 2));
+    std::vector<std::byte> scale(static_cast<size_t>(n) * (k / 32) * (int4 ? 2 : 1));
+    moe::PreparedMoeWeights m = moe::prepare_moe_weights(fmt, moe::W4Layout::decode_mma16, gate_up, 1, n, k,
+                                                         [&](int, int) { return moe::CheckpointMatrix{packed, scale}; });
+    m.bytes.clear();
+    m.experts = experts;
+    return m;
+}
+
+// Random bytes in the kernel layout with sane scales (INT4 bf16 in [0.004, 0.012), E8M0 117..121),
+// `copies` back to back on the device.
+runtime::DeviceBuffer random_layout_weights(const moe::PreparedMoeWeights& m, int copies, uint64_t seed) {
+    const size_t one = m.expert_stride * m.experts;
+    std::vector<std::byte> host(one);
+    const int rec = moe::layout_record_bytes(m.format, m.layout);
+    const int wbytes = 8 * 512, sbytes = rec - wbytes;
+    const bool int4 = m.format == W4Format::int4_g32_bf16;
+    const size_t records = one / rec;
+    const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (unsigned w = 0; w < nt; ++w)
+        pool.emplace_back([&, w]() {
+            uint64_t x = seed * 0x9E3779B97F4A7C15ull + w + 1;
+            for (size_t r = w; r < records; r += nt) {
+                std::byte* p = host.data() + r * rec;
+                for (int i = 0; i < wbytes; i += 8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    std::memcpy(p + i, &x, 8);
+                }
+                for (int i = 0; i < sbytes; i += int4 ? 2 : 1) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if (int4) {
+                        const uint16_t b = runtime::float_to_bf16(0.004f + 0.008f * static_cast<float>(x >> 40) / 16777216.0f);
+                        std::memcpy(p + wbytes + i, &b, 2);
+                    } else {
+                        p[wbytes + i] = static_cast<std::byte>(117 + (x >> 61) % 5);
+                    }
+                }
+            }
+        });
+    for (auto& t : pool) t.join();
+    runtime::DeviceBuffer d(one * copies);
+    runtime::copy_h2d(d.ptr(), host.data(), one);
+    for (int c = 1; c < copies; ++c) runtime::copy_d2d(d.ptr() + one * c, d.ptr(), one);
+    return d;
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+struct BenchOptions {
+    std::string scenario;
+    int iters = 60;
+    std::string json_path;
+    std::string routing_dir;
+};
+
+void run_bench(const BenchOptions& o) {
+    cache::StoreOptions so = cache::store_options_from_env();
+    std::unique_ptr<cache::Store> store;
+    try {
+        store = std::make_unique<cache::Store>(so);
+    } catch (const Error&) {
+        store.reset();  // benchmark without a persistent cache
+    }
+    runtime::Context ctx(0);  // the device's primary context, current on this thread for allocations
+    ctx.make_current();
+    DispatcherOptions dopt;
+    dopt.store = store.get();
+    Dispatcher disp(dopt);
+    const Target target = disp.device_target();
+    const runtime::DeviceProps props = runtime::device_props(0);
+    fmt::print("device {} ({} SMs, L2 {} MB), target {}\n", props.name, props.sm_count, props.l2_bytes >> 20,
+               to_string(target));
+
+    nlohmann::json results = nlohmann::json::array();
+    int ran = 0;
+    for (const Scenario& sc : scenarios()) {
+        if (!o.scenario.empty() && std::string(sc.name).find(o.scenario) == std::string::npos) continue;
+        ++ran;
+        const uint64_t seed = std::hash<std::string>{}(sc.name) & 0xFFFFFF;
+        const Routing r = std::string(sc.routing) == "ep" ? ep_routing(sc.tokens, sc.topk, sc.experts, seed)
+                                                          : local_routing(sc.routing, sc.tokens, sc.topk, sc.experts, seed);
+        std::vector<int> counts(sc.experts, 0);
+        for (int v : r.ids)
+            if (v >= 0) ++counts[v];
+        int active = 0, rows = 0, max_rows = 0;
+        for (int c : counts) {
+            active += c > 0;
+            rows += c;
+            max_rows = std::max(max_rows, c);
+        }
+        const moe::PreparedMoeWeights gu = layout_meta(sc.fmt, true, sc.experts, sc.inter, sc.hidden);
+        const moe::PreparedMoeWeights dn = layout_meta(sc.fmt, false, sc.experts, sc.hidden, sc.inter);
+        const double touched = static_cast<double>(active) * static_cast<double>(gu.expert_stride + dn.expert_stride);
+        const int copies = std::clamp(static_cast<int>(std::ceil(2.0e9 / std::max(1.0, touched))), 2, 12);
+        runtime::DeviceBuffer wgu = random_layout_weights(gu, copies, seed * 3 + 1);
+        runtime::DeviceBuffer wdn = random_layout_weights(dn, copies, seed * 3 + 2);
+        const uint64_t gu_set = gu.expert_stride * gu.experts, dn_set = dn.expert_stride * dn.experts;
+
+        MoeW4A16Options opt;
+        opt.act = sc.act;
+        opt.topk = sc.topk;
+        opt.max_tokens = std::max(1, r.tokens);
+        opt.tiles = sc.tiles;
+        MoeW4A16 layer(disp, gu, dn, opt);
+
+        std::vector<uint16_t> x(static_cast<size_t>(r.tokens) * sc.hidden);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        for (auto& v : x) v = runtime::float_to_bf16(nd(rng));
+        runtime::DeviceBuffer dx = runtime::to_device(x), dids = runtime::to_device(r.ids),
+                              dw = runtime::to_device(r.weights);
+        runtime::DeviceBuffer dout(static_cast<size_t>(std::max(1, r.tokens)) * sc.hidden * 2);
+        const int64_t m = r.tokens;
+        const runtime::TensorView vx = dx.view(runtime::DType::bf16, {m, sc.hidden});
+        const runtime::TensorView vids = dids.view(runtime::DType::i32, {m, sc.topk});
+        const runtime::TensorView vw = dw.view(runtime::DType::f32, {m, sc.topk});
+        const runtime::TensorView vout = dout.view(runtime::DType::bf16, {m, sc.hidden});
+
+        runtime::Stream stream;
+        for (int it = 0; it < 3; ++it)
+            layer.forward(wgu.ptr() + gu_set * (it % copies), wdn.ptr() + dn_set * (it % copies), vx, vids, vw, vout,
+                          stream.handle());
+        stream.synchronize();
+        std::vector<runtime::Event> ev;
+        ev.reserve(4 * o.iters);
+        for (int i = 0; i < 4 * o.iters; ++i) ev.emplace_back(true);
+        for (int it = 0; it < o.iters; ++it) {
+            const int c = it % copies;
+            ev[4 * it].record(stream);
+            layer.launch_routing(vids, vw, stream.handle());
+            ev[4 * it + 1].record(stream);
+            layer.launch_gate_up(wgu.ptr() + gu_set * c, vx, stream.handle());
+            ev[4 * it + 2].record(stream);
+            layer.launch_down(wdn.ptr() + dn_set * c, vout, stream.handle());
+            ev[4 * it + 3].record(stream);
+        }
+        stream.synchronize();
+        std::vector<double> tt, tr, tg, td;
+        for (int it = 0; it < o.iters; ++it) {
+            tt.push_back(1e3 * runtime::Event::elapsed_ms(ev[4 * it], ev[4 * it + 3]));
+            tr.push_back(1e3 * runtime::Event::elapsed_ms(ev[4 * it], ev[4 * it + 1]));
+            tg.push_back(1e3 * runtime::Event::elapsed_ms(ev[4 * it + 1], ev[4 * it + 2]));
+            td.push_back(1e3 * runtime::Event::elapsed_ms(ev[4 * it + 2], ev[4 * it + 3]));
+        }
+        const double us = median(tt);
+        const double abytes = static_cast<double>(r.tokens) * sc.hidden * 2 * 2 + static_cast<double>(rows) * sc.inter * 2 * 2;
+        const double bytes = touched + abytes;
+        const double floor_us = bytes / k_hbm_floor * 1e6;
+        const double flops = 2.0 * rows * (3.0 * sc.inter * sc.hidden);
+        fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} tiles={} | {:8.1f} us (route {:5.1f}, gate_up "
+                   "{:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | {:6.1f} TFLOP/s\n",
+                   sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, layer.tiles(), us,
+                   median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us, floor_us,
+                   flops / us / 1e6);
+        std::fflush(stdout);
+        results.push_back({{"name", sc.name}, {"format", std::string(moe::to_string(sc.fmt))}, {"M", r.tokens},
+                           {"topk", sc.topk}, {"E", sc.experts}, {"H", sc.hidden}, {"I", sc.inter}, {"rows", rows},
+                           {"active", active}, {"max_rows", max_rows}, {"tiles", layer.tiles()}, {"copies", copies},
+                           {"us", us}, {"us_route", median(tr)}, {"us_gate_up", median(tg)}, {"us_down", median(td)},
+                           {"bytes", bytes}, {"floor_us", floor_us}, {"flops", flops}, {"decode", sc.decode}});
+        if (!o.routing_dir.empty()) {
+            const std::string base = o.routing_dir + "/" + sc.name;
+            std::ofstream(base + ".ids", std::ios::binary)
+                .write(reinterpret_cast<const char*>(r.ids.data()), static_cast<std::streamsize>(r.ids.size() * 4));
+            std::ofstream(base + ".weights", std::ios::binary)
+                .write(reinterpret_cast<const char*>(r.weights.data()), static_cast<std::streamsize>(r.weights.size() * 4));
+            nlohmann::json meta = {{"name", sc.name}, {"format", std::string(moe::to_string(sc.fmt))},
+                                   {"act", static_cast<int>(sc.act)}, {"M", r.tokens}, {"topk", sc.topk},
+                                   {"E", sc.experts}, {"H", sc.hidden}, {"I", sc.inter}};
+            std::ofstream(base + ".json") << meta.dump() << "\n";
+        }
+    }
+    if (ran == 0) throw InvalidArgument(fmt::format("kiln bench moe: no scenario matches '{}'", o.scenario));
+    if (!o.json_path.empty()) {
+        const std::string tmp = o.json_path + ".tmp";
+        std::ofstream(tmp) << results.dump(1) << "\n";
+        std::rename(tmp.c_str(), o.json_path.c_str());
+    }
+}
+
+}  // namespace
+
+void add_moe_bench(CLI::App& bench) {
+    auto opts = std::make_shared<BenchOptions>();
+    CLI::App* cmd = bench.add_subcommand("moe", "W4A16 MoE layer (routing + gate_up + down) on the decode and "
+                                                "prefill scenarios: us, bytes, TB/s, % of the HBM floor, TFLOP/s");
+    cmd->add_option("--scenario", opts->scenario, "only scenarios whose name contains this")
+        ->envname("KILN_BENCH_MOE_SCENARIO");
+    cmd->add_option("--iters", opts->iters, "timed iterations per scenario (median reported)")
+        ->envname("KILN_BENCH_MOE_ITERS")
+        ->check(CLI::Range(1, 100000));
+    cmd->add_option("--json", opts->json_path, "also write the results to this JSON file")->envname("KILN_BENCH_MOE_JSON");
+    cmd->add_option("--routing-dir", opts->routing_dir,
+                    "write each scenario's routing (NAME.ids, NAME.weights, NAME.json) here for "
+                    "scripts/bench-humming.py")
+        ->envname("KILN_BENCH_MOE_ROUTING_DIR");
+    cmd->callback([opts]() { run_bench(*opts); });
+}
+
+}  // namespace kiln::jit

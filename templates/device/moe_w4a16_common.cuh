@@ -1,0 +1,305 @@
+// Shared pieces of the moe_w4a16 kernels (sm_90): PTX wrappers, the fused W4 -> bf16 dequantisers for
+// the kernel weight layout, and the GLU activations.
+//
+// Kernel weight layouts "*_mma16" (written by jit/moe_w4a16_weights.cpp, read here). One expert matrix
+// [N_pad, K_pad] (N_pad a multiple of the super-block, K_pad % 64 == 0) is a sequence of records,
+// super-block major (decode: 128-row super-blocks, prefill: 64-row):
+//   for sb in N_pad/R (R output rows = R/16 row-blocks of 16), for q in K_pad/64 (64 inputs):
+//     weights: R/16 row-blocks x 32 lanes x 16 bytes   (lane L = 4g + t owns rows g and g+8 of its block)
+//     scales:  R/16 row-blocks x 8 g x (INT4: 4 bf16 | MXFP4: 4 e8m0 bytes)
+//                 = [row g grp 2q, row g+8 grp 2q, row g grp 2q+1, row g+8 grp 2q+1]
+// A lane's 16 bytes are four 32-bit words, one per k16 step s of the record. Word s holds the lane's
+// m16n8k16 A fragment {a0, a1, a2, a3} (a0: row g, k 2t,2t+1; a1: row g+8, same k; a2: row g, k 2t+8,
+// 2t+9; a3: row g+8, same k; k relative to 64q + 16s) as eight 4-bit codes. The low element of
+// each pair sits in the low 16 bits, the high element in the high 16 bits:
+//   INT4:  nibble m of each half (bits 4m..4m+3) is a_m's code (q + 8, as in the checkpoint).
+//   MXFP4: bits 3m..3m+2 of each half are a_m's E2M1 magnitude, bit 12+m its sign.
+// so that one shift plus one lop3 turns a word into the bf16x2 register for a_m.
+//
+// Dequantisation preserves the unfused rounding order exactly:
+//   INT4:  bf16(q + 128) - 136 (exact) then * scale (one bf16 rounding) == bf16((code - 8) * scale)
+//   MXFP4: the E2M1 bits placed in a bf16 give e2m1 * 2^-126 exactly; one multiply by 2^(s-1)
+//          gives bf16(e2m1 * 2^(s-127)) (one rounding) for scale bytes s <= 128. Larger scales take
+//          two exact multiplies (kWideScale).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "device/prelude.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+enum : int { kFormatInt4 = 0, kFormatMxfp4 = 1 };
+enum : int { kActSiluGlu = 0, kActSituGlu = 1 };
+
+// ---- PTX wrappers ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared, L1 bypassed. src_bytes < 16 zero-fills the rest.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+// Streaming variant for weights: evict-first in L2 (each byte is read once per launch).
+__device__ __forceinline__ void cp_async16_stream(u32 dst, const void* src, u64 policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "l"(policy)
+                 : "memory");
+}
+__device__ __forceinline__ u64 evict_first_policy() {
+    u64 p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- mbarrier + bulk async copies (sm_90) ----
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// Arrive on the mbarrier once this thread's earlier cp.async copies have landed (counts as one of the
+// arrivals the barrier was initialised with).
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Bulk copy global -> shared completing on an mbarrier (bytes and addresses multiples of 16).
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s_hint(u32 dst, const void* src, u32 bytes, u32 bar, u64 policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+}
+
+__device__ __forceinline__ void named_barrier(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+__device__ __forceinline__ uint4 lds128(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ uint2 lds64(u32 addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ u32 lds32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+// D = A * B + D, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                               u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// (a & b) | c
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ u32 bf16x2_sub(u32 a, u32 b) {
+    u32 d;
+    asm("sub.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+__device__ __forceinline__ void red_add_f32(float* p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ float4 ldcg_f4(const float* p) {
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+}
+
+// ---- scales -----------------------------------------------------------------------------------------
+
+// INT4: bf16 scale in the low / high half of w, duplicated into both halves.
+__device__ __forceinline__ u32 dup_lo(u32 w) { return __byte_perm(w, 0, 0x1010); }
+__device__ __forceinline__ u32 dup_hi(u32 w) { return __byte_perm(w, 0, 0x3232); }
+
+// MXFP4: byte i of w (an E8M0 exponent s) as the bf16x2 multiplier 2^(s-1), both halves (s <= 128).
+template <int I>
+__device__ __forceinline__ u32 e8m0_mult(u32 w) {
+    // byte I into bytes 0 and 2, zeros elsewhere (selector 4 picks byte 0 of the zero operand).
+    constexpr u32 sel = (u32)I | (4u << 4) | ((u32)I << 8) | (4u << 12);
+    u32 b = __byte_perm(w, 0, sel);
+    return b * 128u + 0x3F003F00u;  // ((s + 126) << 7) in each half
+}
+// Wide-scale form: 2^(s-127) as bf16x2 (s = 0 is the subnormal 2^-127).
+template <int I>
+__device__ __forceinline__ u32 e8m0_exact(u32 w) {
+    u32 s = (w >> (8 * I)) & 0xFFu;
+    u32 h = s ? (s << 7) : 0x0040u;
+    return h | (h << 16);
+}
+
+// ---- fused dequantisation of one layout word into the four A registers ------------------------------
+
+// INT4. sg / sg8: bf16x2 scales of rows g and g+8 (both halves equal).
+__device__ __forceinline__ void dequant_int4_word(u32 w, u32 sg, u32 sg8, u32 (&a)[4]) {
+    constexpr u32 kMask = 0x000F000Fu, kMagic = 0x43004300u /* 128.0 */, kBias = 0x43084308u /* 136.0 */;
+    u32 v0 = and_or(w, kMask, kMagic);
+    u32 v1 = and_or(w >> 4, kMask, kMagic);
+    u32 v2 = and_or(w >> 8, kMask, kMagic);
+    u32 v3 = and_or(w >> 12, kMask, kMagic);
+    a[0] = bf16x2_mul(bf16x2_sub(v0, kBias), sg);
+    a[1] = bf16x2_mul(bf16x2_sub(v1, kBias), sg8);
+    a[2] = bf16x2_mul(bf16x2_sub(v2, kBias), sg);
+    a[3] = bf16x2_mul(bf16x2_sub(v3, kBias), sg8);
+}
+
+// MXFP4 codes of one word as bf16x2 holding e2m1 * 2^-126 (exact).
+__device__ __forceinline__ void mxfp4_bits(u32 w, u32 (&v)[4]) {
+    constexpr u32 kMag = 0x01C001C0u, kSign = 0x80008000u;
+    u32 w3 = w << 3;
+    v[0] = and_or(w << 6, kMag, w3 & kSign);
+    v[1] = and_or(w3, kMag, (w << 2) & kSign);
+    v[2] = and_or(w, kMag, (w << 1) & kSign);
+    v[3] = and_or(w >> 3, kMag, w & kSign);
+}
+
+// MXFP4, scale bytes s <= 128. mg / mg8: 2^(s-1) multipliers of rows g and g+8.
+__device__ __forceinline__ void dequant_mxfp4_word(u32 w, u32 mg, u32 mg8, u32 (&a)[4]) {
+    u32 v[4];
+    mxfp4_bits(w, v);
+    a[0] = bf16x2_mul(v[0], mg);
+    a[1] = bf16x2_mul(v[1], mg8);
+    a[2] = bf16x2_mul(v[2], mg);
+    a[3] = bf16x2_mul(v[3], mg8);
+}
+
+// MXFP4, any scale byte: exact e2m1 first (x 2^126), then x 2^(s-127).
+__device__ __forceinline__ void dequant_mxfp4_word_wide(u32 w, u32 xg, u32 xg8, u32 (&a)[4]) {
+    constexpr u32 k2p126 = 0x7E807E80u;  // 2^126 in each half
+    u32 v[4];
+    mxfp4_bits(w, v);
+    a[0] = bf16x2_mul(bf16x2_mul(v[0], k2p126), xg);
+    a[1] = bf16x2_mul(bf16x2_mul(v[1], k2p126), xg8);
+    a[2] = bf16x2_mul(bf16x2_mul(v[2], k2p126), xg);
+    a[3] = bf16x2_mul(bf16x2_mul(v[3], k2p126), xg8);
+}
+
+// Scales of one lane for one record, expanded to the per-row multipliers for the two k32 halves:
+// m[0] = row g grp 2q, m[1] = row g+8 grp 2q, m[2] = row g grp 2q+1, m[3] = row g+8 grp 2q+1.
+template <int kFormat, bool kWideScale>
+__device__ __forceinline__ void expand_scales(uint2 raw, u32 (&m)[4]) {
+    if constexpr (kFormat == kFormatInt4) {
+        m[0] = dup_lo(raw.x);
+        m[1] = dup_hi(raw.x);
+        m[2] = dup_lo(raw.y);
+        m[3] = dup_hi(raw.y);
+    } else if constexpr (!kWideScale) {
+        m[0] = e8m0_mult<0>(raw.x);
+        m[1] = e8m0_mult<1>(raw.x);
+        m[2] = e8m0_mult<2>(raw.x);
+        m[3] = e8m0_mult<3>(raw.x);
+    } else {
+        m[0] = e8m0_exact<0>(raw.x);
+        m[1] = e8m0_exact<1>(raw.x);
+        m[2] = e8m0_exact<2>(raw.x);
+        m[3] = e8m0_exact<3>(raw.x);
+    }
+}
+
+template <int kFormat, bool kWideScale>
+__device__ __forceinline__ void dequant_word(u32 w, u32 mg, u32 mg8, u32 (&a)[4]) {
+    if constexpr (kFormat == kFormatInt4) {
+        dequant_int4_word(w, mg, mg8, a);
+    } else if constexpr (!kWideScale) {
+        dequant_mxfp4_word(w, mg, mg8, a);
+    } else {
+        dequant_mxfp4_word_wide(w, mg, mg8, a);
+    }
+}
+
+// Bytes of one record (a super-block of kBlocks row-blocks x 64 inputs): weights, then scales.
+template <int kFormat, int kBlocks>
+struct LayoutBytes {
+    static constexpr int kScaleBytesPerBlock = kFormat == kFormatInt4 ? 64 : 32;
+    static constexpr int kWeightBytes = kBlocks * 512;
+    static constexpr int kRecordBytes = kBlocks * (512 + kScaleBytesPerBlock);
+};
+
+// ---- activations (fp32) -------------------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float tanh_f(float x) {
+    // tanh(x) = 1 - 2 / (exp(2x) + 1); saturates cleanly for large |x|.
+    return 1.0f - 2.0f / (__expf(2.0f * x) + 1.0f);
+}
+
+template <int kAct>
+__device__ __forceinline__ float glu(float gate, float up) {
+    if constexpr (kAct == kActSiluGlu) {
+        return gate * sigmoid_f(gate) * up;
+    } else {
+        // SiTU-GLU, beta = 4, beta_lin = 25.
+        return (4.0f * tanh_f(gate * 0.25f) * sigmoid_f(gate)) * (25.0f * tanh_f(up * 0.04f));
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev

@@ -1,0 +1,328 @@
+// moe_w4a16 on the host target: routing prep, gate_up with the GLU, down with the router weights and
+// the per-token combine, and the dequantiser, with the contracts of templates/device/moe_w4a16_*.cuh
+// (same parameter blocks, same buffers, same results up to fp32 summation order).
+//
+// Weights are read in the decode_mma16 layout (jit/moe_w4a16_weights.hpp; the byte order is
+// documented in templates/device/moe_w4a16_common.cuh): 128-row super-blocks of 8 row-blocks x 64-input
+// records, each lane of a row-block holding four words of m16n8k16 A fragments, scales behind the
+// weights. A 16 x 64 tile is decoded to exact bf16 values in fp32 (INT4: bf16((code - 8) * scale);
+// MXFP4: e2m1 * 2^(s - 127), exact), products with bf16 activations are exact in fp32 and summed in fp32.
+//
+//   gate_up  one work item per (m-block, row-block): 16 layout rows = 8 gate rows and their 8 up rows,
+//            over K, for the m-block's valid rows; GLU in fp32, bf16 rows of the intermediate.
+//   down     one work item per row-block (16 output columns) over all m-blocks, so no two threads add
+//            to the same accumulator column: acc[token][n] += weight * dot, then every token's columns
+//            go out as bf16 and acc is zeroed again (the contract: acc is zero between calls; the
+//            counters are the device's and are not touched).
+//   routing  per-expert rows in m-blocks of kBlockM (stable: rows of an expert in slot order).
+//   dequant  one expert matrix to bf16 [n_pad, k_pad] in layout row order.
+#pragma once
+
+#include "host/prelude.hpp"
+
+namespace kiln_host {
+namespace moe {
+
+enum : int { kFormatInt4 = 0, kFormatMxfp4 = 1 };
+enum : int { kActSiluGlu = 0, kActSituGlu = 1 };
+
+struct I32x2 {
+    i32 x, y;
+};
+
+// The device parameter blocks (kiln_dev::moe::*Params), byte for byte; kiln fills them with host
+// addresses (jit/family_moe_w4a16.hpp: MoeW4A16*Params).
+struct RoutingParams {
+    const i32* topk_ids;
+    const float* topk_weights;
+    i32* expert_count;
+    i32* num_mblocks;
+    I32x2* mblock_info;
+    i32* sorted_token;
+    float* sorted_weight;
+    i32 num_tokens;
+    i32 topk;
+    i32 num_experts;
+    i32 mblock_cap;
+};
+static_assert(sizeof(RoutingParams) == 72, "RoutingParams layout is shared with kiln");
+
+struct DecodeParams {
+    const u8* weights;
+    u64 expert_stride;
+    const u16* x;  // bf16
+    i32 x_stride, k_real, k_pad, n_pad, n_real;
+    const i32* num_mblocks;
+    const I32x2* mblock_info;
+    const i32* sorted_token;
+    const float* sorted_weight;
+    i32 num_tokens;
+    u16* inter;  // bf16
+    i32 inter_stride;
+    float* acc;
+    i32 acc_stride;
+    u16* out;  // bf16
+    i32 out_stride;
+    i32* counters;
+};
+static_assert(sizeof(DecodeParams) == 144, "DecodeParams layout is shared with kiln");
+static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
+static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
+static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");
+static_assert(__builtin_offsetof(DecodeParams, out) == 120, "DecodeParams layout");
+static_assert(__builtin_offsetof(DecodeParams, counters) == 136, "DecodeParams layout");
+
+struct DequantParams {
+    const u8* weights;
+    u16* out;  // bf16 [n_pad, k_pad]
+    i32 n_pad;
+    i32 k_pad;
+};
+static_assert(sizeof(DequantParams) == 24, "DequantParams layout is shared with kiln");
+
+constexpr int kBlocks = 8;  // row-blocks per super-block (decode_mma16)
+
+template <int kFormat>
+struct Record {
+    static constexpr int kScaleBytesPerBlock = kFormat == kFormatInt4 ? 64 : 32;
+    static constexpr int kWeightBytes = kBlocks * 512;
+    static constexpr int kBytes = kBlocks * (512 + kScaleBytesPerBlock);
+};
+
+inline u32 load_u32(const u8* p) {
+    u32 v;
+    __builtin_memcpy(&v, p, 4);
+    return v;
+}
+
+inline float bits_f32(u32 u) {
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+// fp32 -> nearest-even bf16, kept as fp32.
+inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+// 2^(s - 127) for an E8M0 byte (s = 0: the subnormal 2^-127).
+inline float e8m0(u32 s) { return s ? bits_f32(s << 23) : bits_f32(0x00400000u); }
+
+// E2M1 magnitude codes 0..7.
+constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// Row-block `blk` of one record -> w[row][k] (16 rows x 64 inputs), exact bf16 values.
+template <int kFormat>
+inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
+    const u8* wb = rec + blk * 512;
+    const u8* sb = rec + Record<kFormat>::kWeightBytes + blk * Record<kFormat>::kScaleBytesPerBlock;
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        float sc[4];  // [row g grp 0, row g+8 grp 0, row g grp 1, row g+8 grp 1]
+        if constexpr (kFormat == kFormatInt4) {
+            for (int i = 0; i < 4; ++i) {
+                u16 b;
+                __builtin_memcpy(&b, sb + g * 8 + 2 * i, 2);
+                sc[i] = bf16_to_f32(b);
+            }
+        } else {
+            for (int i = 0; i < 4; ++i) sc[i] = e8m0(sb[g * 4 + i]);
+        }
+        for (int s = 0; s < 4; ++s) {
+            const u32 word = load_u32(wb + lane * 16 + s * 4);
+            const int grp = s >> 1;
+            for (int m = 0; m < 4; ++m) {
+                const int row = g + 8 * (m & 1);
+                const int k = 16 * s + 2 * t + 8 * (m >> 1);
+                const float scale = sc[2 * grp + (m & 1)];
+                for (int half = 0; half < 2; ++half) {
+                    const u32 bits = word >> (16 * half);
+                    float v;
+                    if constexpr (kFormat == kFormatInt4) {
+                        const int code = static_cast<int>((bits >> (4 * m)) & 0xfu);
+                        v = round_bf16(static_cast<float>(code - 8) * scale);
+                    } else {
+                        const float mag = kE2M1[(bits >> (3 * m)) & 7u];
+                        v = (((bits >> (12 + m)) & 1u) ? -mag : mag) * scale;
+                    }
+                    w[row][k + half] = v;
+                }
+            }
+        }
+    }
+}
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+template <int kAct>
+inline float glu(float gate, float up) {
+    if constexpr (kAct == kActSiluGlu) {
+        return gate * sigmoid_f(gate) * up;
+    } else {
+        // SiTU-GLU, beta = 4, beta_lin = 25.
+        return (4.0f * __builtin_tanhf(gate * 0.25f) * sigmoid_f(gate)) * (25.0f * __builtin_tanhf(up * 0.04f));
+    }
+}
+
+// 64 activations of one row starting at input k0 (bf16 -> fp32), zero at and past k_real.
+inline void load_x64(const u16* row, i64 k0, i64 k_real, float (&xv)[64]) {
+    for (int i = 0; i < 64; ++i) xv[i] = k0 + i < k_real ? bf16_to_f32(row[k0 + i]) : 0.0f;
+}
+
+inline float dot64(const float* a, const float* b) {
+#pragma clang fp reassociate(on)
+    float s = 0.0f;
+    for (int k = 0; k < 64; ++k) s += a[k] * b[k];
+    return s;
+}
+
+// acc[r][row] += sum_k w[row][k] * x[r][k] over one record, for the valid rows of one m-block.
+template <int kBM>
+inline void record_dot(const float (&w)[16][64], const float (&xv)[kBM][64], int valid, float (&acc)[kBM][16]) {
+    for (int r = 0; r < valid; ++r)
+        for (int row = 0; row < 16; ++row) acc[r][row] += dot64(w[row], xv[r]);
+}
+
+// kMode 0 = gate_up, 1 = down. kNPad, kKPad: the weight matrix in the layout.
+template <int kFormat, int kMode, int kAct, int kBM, int kNPad, int kKPad>
+inline void gemm(const kiln_host_ctx* ctx, const DecodeParams& p) {
+    static_assert(kNPad % (16 * kBlocks) == 0 && kKPad % 64 == 0, "layout geometry");
+    constexpr int kQ = kKPad / 64;
+    constexpr int kRowBlocks = kNPad / 16;
+    constexpr i64 kRec = Record<kFormat>::kBytes;
+    const int nmb = *p.num_mblocks;
+    const i64 k_real = p.k_real;
+
+    // One (m-block, row-block) pair: acc[r][row] for the m-block's valid rows and the 16 layout rows.
+    auto accumulate = [&](int mb, int rb, float (&acc)[kBM][16]) -> int {
+        const I32x2 info = p.mblock_info[mb];
+        const int e = info.x, valid = min(info.y, kBM);
+        for (int r = 0; r < kBM; ++r)
+            for (int row = 0; row < 16; ++row) acc[r][row] = 0.0f;
+        if (valid <= 0) return 0;
+        const u16* xrow[kBM];
+        for (int r = 0; r < valid; ++r) {
+            const i64 src = kMode == 0 ? p.sorted_token[mb * kBM + r] : static_cast<i64>(mb) * kBM + r;
+            xrow[r] = p.x + src * p.x_stride;
+        }
+        const u8* base = p.weights + static_cast<u64>(e) * p.expert_stride + static_cast<u64>(rb / kBlocks) * kQ * kRec;
+        float w[16][64];
+        float xv[kBM][64];
+        for (int q = 0; q < kQ; ++q) {
+            decode_block<kFormat>(base + q * kRec, rb % kBlocks, w);
+            for (int r = 0; r < valid; ++r) load_x64(xrow[r], static_cast<i64>(q) * 64, k_real, xv[r]);
+            record_dot<kBM>(w, xv, valid, acc);
+        }
+        return valid;
+    };
+
+    if constexpr (kMode == 0) {
+        auto items = [&](i64 b, i64 e) {
+            float acc[kBM][16];
+            for (i64 it = b; it < e; ++it) {
+                const int mb = static_cast<int>(it / kRowBlocks), rb = static_cast<int>(it % kRowBlocks);
+                const int valid = accumulate(mb, rb, acc);
+                for (int g = 0; g < 8; ++g) {
+                    const i64 col = static_cast<i64>(rb) * 8 + g;
+                    for (int r = 0; r < valid; ++r)
+                        p.inter[(static_cast<i64>(mb) * kBM + r) * p.inter_stride + col] =
+                            f32_to_bf16(glu<kAct>(acc[r][g], acc[r][g + 8]));
+                }
+            }
+        };
+        parallel_for(ctx, static_cast<i64>(nmb) * kRowBlocks, 0, items);
+    } else {
+        auto columns = [&](i64 b, i64 e) {
+            float acc[kBM][16];
+            for (i64 rb = b; rb < e; ++rb) {
+                const i64 n0 = rb * 16;
+                for (int mb = 0; mb < nmb; ++mb) {
+                    const int valid = accumulate(mb, static_cast<int>(rb), acc);
+                    for (int r = 0; r < valid; ++r) {
+                        const i64 slot = static_cast<i64>(mb) * kBM + r;
+                        float* dst = p.acc + static_cast<i64>(p.sorted_token[slot]) * p.acc_stride;
+                        const float wt = p.sorted_weight[slot];
+                        for (int row = 0; row < 16; ++row)
+                            if (n0 + row < p.n_real) dst[n0 + row] += wt * acc[r][row];
+                    }
+                }
+                for (i64 t = 0; t < p.num_tokens; ++t) {
+                    float* a = p.acc + t * p.acc_stride;
+                    u16* o = p.out + t * p.out_stride;
+                    for (int row = 0; row < 16; ++row) {
+                        const i64 n = n0 + row;
+                        if (n < p.n_real) {
+                            o[n] = f32_to_bf16(a[n]);
+                            a[n] = 0.0f;
+                        }
+                    }
+                }
+            }
+        };
+        parallel_for(ctx, kRowBlocks, 0, columns);
+    }
+}
+
+template <int kExperts, int kBlockM>
+inline void routing(const kiln_host_ctx*, const RoutingParams& p) {
+    static_assert(kExperts >= 1 && kExperts <= 4096, "1..4096 experts");
+    i32 cnt[kExperts], off[kExperts];
+    const i64 slots = static_cast<i64>(p.num_tokens) * p.topk;
+    for (int e = 0; e < kExperts; ++e) cnt[e] = 0;
+    for (i64 s = 0; s < slots; ++s) {
+        const i32 e = p.topk_ids[s];
+        if (static_cast<u32>(e) < static_cast<u32>(kExperts)) ++cnt[e];
+    }
+    i32 total = 0;
+    for (int e = 0; e < kExperts; ++e) {
+        off[e] = total;
+        total += (cnt[e] + kBlockM - 1) / kBlockM;
+    }
+    if (total > p.mblock_cap) total = p.mblock_cap;
+    for (int e = 0; e < kExperts; ++e) {
+        const i32 c = cnt[e];
+        p.expert_count[e] = c;
+        const i32 nb = (c + kBlockM - 1) / kBlockM;
+        for (i32 j = 0; j < nb; ++j) {
+            const i32 mb = off[e] + j;
+            if (mb < total) p.mblock_info[mb] = I32x2{e, c - j * kBlockM < kBlockM ? c - j * kBlockM : kBlockM};
+        }
+    }
+    const i64 rows = static_cast<i64>(total) * kBlockM;
+    for (i64 r = 0; r < rows; ++r) {
+        p.sorted_token[r] = -1;
+        p.sorted_weight[r] = 0.0f;
+    }
+    for (int e = 0; e < kExperts; ++e) cnt[e] = 0;
+    for (i64 s = 0; s < slots; ++s) {
+        const i32 e = p.topk_ids[s];
+        if (static_cast<u32>(e) >= static_cast<u32>(kExperts)) continue;
+        const i64 r = static_cast<i64>(off[e]) * kBlockM + cnt[e]++;
+        if (r < rows) {
+            p.sorted_token[r] = static_cast<i32>(s / p.topk);
+            p.sorted_weight[r] = p.topk_weights[s];
+        }
+    }
+    *p.num_mblocks = total;
+}
+
+template <int kFormat, int kNPad, int kKPad>
+inline void dequant(const kiln_host_ctx* ctx, const DequantParams& p) {
+    constexpr int kQ = kKPad / 64;
+    constexpr i64 kRec = Record<kFormat>::kBytes;
+    auto blocks = [&](i64 b, i64 e) {
+        float w[16][64];
+        for (i64 rb = b; rb < e; ++rb) {
+            const u8* base = p.weights + (rb / kBlocks) * kQ * kRec;
+            for (int q = 0; q < kQ; ++q) {
+                decode_block<kFormat>(base + q * kRec, static_cast<int>(rb % kBlocks), w);
+                for (int row = 0; row < 16; ++row)
+                    for (int k = 0; k < 64; ++k)
+                        p.out[(rb * 16 + row) * static_cast<i64>(kKPad) + q * 64 + k] = f32_to_bf16(w[row][k]);
+            }
+        }
+    };
+    parallel_for(ctx, kNPad / 16, 0, blocks);
+}
+
+}  // namespace moe
+}  // namespace kiln_host

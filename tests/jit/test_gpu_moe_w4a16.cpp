@@ -1,0 +1,332 @@
+// moe_w4a16 on the device (suite gpu): the fused dequantisation is bit-identical to the unfused bf16
+// form, and the whole layer (routing prep, gate_up + GLU, down + combine) matches an fp32/fp64 CPU
+// reference (checkpoint weights dequantised exactly, routed, accumulated in double) within bf16
+// tolerance, for both formats and activations, skewed routings, empty experts, a hot expert, tokens with
+// no local expert, odd sizes and 1 to 16k tokens. Outputs are poisoned (NaN) before every run, and
+// every case runs twice (the layer must leave its accumulator and counters clean).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "cache/store.hpp"
+#include "jit/dispatcher.hpp"
+#include "jit/moe_w4a16.hpp"
+#include "runtime/bf16.hpp"
+#include "runtime/device.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/stream.hpp"
+
+using namespace kiln::jit;
+using namespace kiln::runtime;
+using moe::W4Format;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+    fs::path dir;
+    std::unique_ptr<kiln::cache::Store> store;
+    std::unique_ptr<Context> ctx;
+    std::unique_ptr<Dispatcher> disp;
+    Fixture() {
+        std::string tmpl = (fs::temp_directory_path() / "kiln-gpu-moe-XXXXXX").string();
+        REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+        dir = tmpl;
+        kiln::cache::StoreOptions so;
+        so.cache_dir = dir.string();
+        store = std::make_unique<kiln::cache::Store>(so);
+        ctx = std::make_unique<Context>(0);
+        ctx->make_current();
+        DispatcherOptions o;
+        o.store = store.get();
+        disp = std::make_unique<Dispatcher>(o);
+    }
+    ~Fixture() {
+        disp.reset();
+        store.reset();
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
+Fixture& fixture() {
+    static Fixture f;
+    f.ctx->make_current();
+    return f;
+}
+
+template <typename F>
+void parallel_for(int n, F&& f) {
+    std::atomic<int> next{0};
+    const int nt = std::max(1, std::min<int>(n, std::thread::hardware_concurrency()));
+    std::vector<std::thread> th;
+    for (int i = 0; i < nt; ++i)
+        th.emplace_back([&]() {
+            for (int j = next.fetch_add(1); j < n; j = next.fetch_add(1)) f(j);
+        });
+    for (auto& t : th) t.join();
+}
+
+struct Matrix {
+    std::vector<std::byte> packed, scale;
+    moe::CheckpointMatrix view() const { return {packed, scale}; }
+};
+
+Matrix random_matrix(W4Format f, int n, int k, uint64_t seed, bool any_scale = false) {
+    std::mt19937_64 rng(seed);
+    Matrix m;
+    const bool int4 = f == W4Format::int4_g32_bf16;
+    m.packed.resize(int4 ? size_t(n) * (k / 8) * 4 : size_t(n) * (k / 2));
+    for (auto& b : m.packed) b = std::byte(rng());
+    const size_t groups = size_t(n) * (k / 32);
+    if (int4) {
+        m.scale.resize(groups * 2);
+        std::uniform_real_distribution<float> sd(0.004f, 0.012f);
+        for (size_t i = 0; i < groups; ++i) {
+            uint16_t b = float_to_bf16(sd(rng));
+            if (any_scale)
+                do b = static_cast<uint16_t>(rng()); while ((b & 0x7F80) == 0x7F80);
+            std::memcpy(m.scale.data() + 2 * i, &b, 2);
+        }
+    } else {
+        m.scale.resize(groups);
+        for (auto& b : m.scale) b = std::byte(any_scale ? rng() % 255 : 117 + rng() % 5);
+    }
+    return m;
+}
+
+float value(W4Format f, const Matrix& m, int k, int r, int c) {
+    return f == W4Format::int4_g32_bf16 ? moe::int4_value(m.packed, m.scale, k, r, c)
+                                        : moe::mxfp4_value(m.packed, m.scale, k, r, c);
+}
+
+struct Routing {
+    int tokens = 0, topk = 0;
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+};
+
+// uniform, skewed (popularity ~ 1/(rank+1)^1.2), hot (every token hits expert 3), half_empty, foreign
+// (a third of the slots belong to another rank: -1), none (no local expert at all).
+Routing make_routing(const std::string& kind, int tokens, int topk, int experts, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Routing r{tokens, topk, {}, {}};
+    r.ids.resize(size_t(tokens) * topk);
+    std::vector<double> pop(experts, 1.0);
+    if (kind == "skewed")
+        for (int e = 0; e < experts; ++e) pop[e] = 1.0 / std::pow(double(e + 1), 1.2);
+    const int lo = kind == "half_empty" ? experts / 2 : 0;
+    for (int t = 0; t < tokens; ++t) {
+        std::set<int> seen;
+        int j = 0;
+        if (kind == "hot") {
+            r.ids[t * topk + j++] = 3 % experts;
+            seen.insert(3 % experts);
+        }
+        std::discrete_distribution<int> dd(pop.begin() + lo, pop.end());
+        while (j < topk) {
+            const int e = lo + dd(rng);
+            if (seen.insert(e).second) r.ids[t * topk + j++] = e;
+        }
+    }
+    if (kind == "foreign")
+        for (size_t i = 0; i < r.ids.size(); i += 3) r.ids[i] = -1;
+    if (kind == "none") std::fill(r.ids.begin(), r.ids.end(), -1);
+    std::uniform_real_distribution<float> wd(0.05f, 1.0f);
+    r.weights.resize(r.ids.size());
+    for (auto& w : r.weights) w = wd(rng);
+    return r;
+}
+
+float glu_ref(MoeActivation act, float g, float u) {
+    if (act == MoeActivation::silu_glu) return g / (1.0f + std::exp(-g)) * u;
+    return (4.0f * std::tanh(g / 4.0f) / (1.0f + std::exp(-g))) * (25.0f * std::tanh(u / 25.0f));
+}
+
+struct Case {
+    const char* name;
+    W4Format fmt;
+    MoeActivation act;
+    int hidden, inter, experts, topk, tokens;
+    const char* routing;
+    int tiles;
+};
+
+void run_case(const Case& c) {
+    CAPTURE(c.name);
+    Fixture& fx = fixture();
+    const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
+    std::vector<Matrix> gate(c.experts), up(c.experts), down(c.experts);
+    parallel_for(c.experts, [&](int e) {
+        gate[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3);
+        up[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3 + 1);
+        down[e] = random_matrix(c.fmt, c.hidden, c.inter, seed * 7 + e * 3 + 2);
+    });
+    const moe::PreparedMoeWeights wgu =
+        moe::prepare_moe_weights(c.fmt, moe::W4Layout::decode_mma16, true, c.experts, c.inter, c.hidden,
+                                 [&](int e, int part) { return part == 0 ? gate[e].view() : up[e].view(); });
+    const moe::PreparedMoeWeights wdn = moe::prepare_moe_weights(
+        c.fmt, moe::W4Layout::decode_mma16, false, c.experts, c.hidden, c.inter, [&](int e, int) { return down[e].view(); });
+    const Routing r = make_routing(c.routing, c.tokens, c.topk, c.experts, seed + 1);
+    std::vector<uint16_t> x(size_t(c.tokens) * c.hidden);
+    std::mt19937_64 rng(seed + 2);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : x) v = float_to_bf16(nd(rng));
+
+    // Reference: exact fp32 weights, double accumulation.
+    std::vector<double> ref(size_t(c.tokens) * c.hidden, 0.0);
+    std::vector<std::vector<std::pair<int, int>>> rows(c.experts);
+    for (int t = 0; t < c.tokens; ++t)
+        for (int j = 0; j < c.topk; ++j) {
+            const int e = r.ids[t * c.topk + j];
+            if (e >= 0 && e < c.experts) rows[e].push_back({t, j});
+        }
+    std::mutex mu;
+    parallel_for(c.experts, [&](int e) {
+        if (rows[e].empty()) return;
+        std::vector<float> wg(size_t(c.inter) * c.hidden), wu(wg.size()), wd(size_t(c.hidden) * c.inter);
+        for (int i = 0; i < c.inter; ++i)
+            for (int k = 0; k < c.hidden; ++k) {
+                wg[size_t(i) * c.hidden + k] = value(c.fmt, gate[e], c.hidden, i, k);
+                wu[size_t(i) * c.hidden + k] = value(c.fmt, up[e], c.hidden, i, k);
+            }
+        for (int n = 0; n < c.hidden; ++n)
+            for (int i = 0; i < c.inter; ++i) wd[size_t(n) * c.inter + i] = value(c.fmt, down[e], c.inter, n, i);
+        std::vector<float> h(c.inter);
+        for (auto [t, j] : rows[e]) {
+            for (int i = 0; i < c.inter; ++i) {
+                double g = 0, u = 0;
+                for (int k = 0; k < c.hidden; ++k) {
+                    const double xv = bf16_to_float(x[size_t(t) * c.hidden + k]);
+                    g += wg[size_t(i) * c.hidden + k] * xv;
+                    u += wu[size_t(i) * c.hidden + k] * xv;
+                }
+                h[i] = glu_ref(c.act, float(g), float(u));
+            }
+            std::vector<double> y(c.hidden);
+            for (int n = 0; n < c.hidden; ++n) {
+                double a = 0;
+                for (int i = 0; i < c.inter; ++i) a += double(wd[size_t(n) * c.inter + i]) * h[i];
+                y[n] = r.weights[t * c.topk + j] * a;
+            }
+            std::lock_guard<std::mutex> lock(mu);
+            for (int n = 0; n < c.hidden; ++n) ref[size_t(t) * c.hidden + n] += y[n];
+        }
+    });
+
+    DeviceMoeWeights dgu = DeviceMoeWeights::upload(wgu), ddn = DeviceMoeWeights::upload(wdn);
+    MoeW4A16Options opt;
+    opt.act = c.act;
+    opt.topk = c.topk;
+    opt.max_tokens = c.tokens;
+    opt.tiles = c.tiles;
+    MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
+    DeviceBuffer dx = to_device(x), dids = to_device(r.ids), dw = to_device(r.weights);
+    DeviceBuffer dout(size_t(c.tokens) * c.hidden * 2);
+    const int64_t m = c.tokens;
+    Stream s;
+    for (int rep = 0; rep < 2; ++rep) {
+        CAPTURE(rep);
+        fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
+        layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
+                      dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
+        s.synchronize();
+        const std::vector<uint16_t> got = to_host<uint16_t>(dout);
+        double num = 0, den = 0;
+        long nans = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+            const float g = bf16_to_float(got[i]);
+            if (!std::isfinite(g)) {
+                ++nans;
+                continue;
+            }
+            num += (g - ref[i]) * (g - ref[i]);
+            den += ref[i] * ref[i];
+        }
+        const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+        CHECK(nans == 0);
+        CHECK(err <= 1e-2);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("moe_w4a16: fused dequantisation is bit-identical to the unfused bf16 form") {
+    Fixture& fx = fixture();
+    for (W4Format f : {W4Format::int4_g32_bf16, W4Format::mxfp4_g32_e8m0}) {
+        for (bool gate_up : {false, true}) {
+            const int n = gate_up ? 96 : 128, k = gate_up ? 224 : 256;
+            std::vector<Matrix> m;
+            for (int p = 0; p < (gate_up ? 2 : 1); ++p) m.push_back(random_matrix(f, n, k, 100 + p, true));
+            const moe::PreparedMoeWeights w = moe::prepare_moe_weights(
+                f, moe::W4Layout::decode_mma16, gate_up, 1, n, k, [&](int, int p) { return m[p].view(); });
+            CAPTURE(moe::to_string(f));
+            CAPTURE(w.wide_scales);
+            std::vector<float> logical(size_t(gate_up ? 2 : 1) * n * k);
+            moe::dequantize_prepared(w, 0, logical);
+            const LoadedKernel& kern = fx.disp->get(MoeW4A16Family::dequant(w, fx.disp->device_target()));
+            DeviceMoeWeights dw = DeviceMoeWeights::upload(w);
+            DeviceBuffer out(size_t(w.n_pad) * w.k_pad * 2);
+            fill_u8(out.ptr(), 0xFF, out.size());
+            Stream s;
+            launch_moe_w4a16_dequant(kern, {dw.ptr(), out.ptr(), w.n_pad, w.k_pad}, s.handle());
+            s.synchronize();
+            const std::vector<uint16_t> got = to_host<uint16_t>(out);
+            long bad = 0;
+            for (int row = 0; row < w.n_pad; ++row) {
+                int part = 0, lrow = row;
+                bool pad = row >= n;
+                if (gate_up) {
+                    const int i = (row / 16) * 8 + row % 8;
+                    part = (row % 16) / 8;
+                    lrow = i;
+                    pad = i >= n;
+                }
+                for (int col = 0; col < w.k_pad; ++col) {
+                    const uint16_t g = got[size_t(row) * w.k_pad + col];
+                    if (pad || col >= k) {
+                        bad += bf16_to_float(g) != 0.0f;
+                        continue;
+                    }
+                    const uint16_t want = float_to_bf16(logical[(size_t(part) * n + lrow) * k + col]);
+                    if (g != want && !(bf16_to_float(g) == 0.0f && bf16_to_float(want) == 0.0f)) ++bad;
+                }
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
+TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
+    using F = W4Format;
+    const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
+    const Case cases[] = {
+        {"int4 silu uniform", F::int4_g32_bf16, silu, 256, 128, 16, 4, 40, "uniform", 1},
+        {"mxfp4 situ uniform", F::mxfp4_g32_e8m0, situ, 256, 128, 16, 4, 40, "uniform", 1},
+        {"int4 situ tiles 2", F::int4_g32_bf16, situ, 256, 128, 16, 4, 40, "uniform", 2},
+        {"mxfp4 silu tiles 4", F::mxfp4_g32_e8m0, silu, 256, 128, 16, 4, 40, "uniform", 4},
+        {"one token", F::int4_g32_bf16, silu, 256, 128, 16, 4, 1, "uniform", 1},
+        {"one token top-16", F::mxfp4_g32_e8m0, situ, 256, 192, 64, 16, 1, "uniform", 1},
+        {"skewed", F::int4_g32_bf16, silu, 256, 128, 32, 8, 200, "skewed", 2},
+        {"hot expert", F::mxfp4_g32_e8m0, situ, 256, 128, 16, 4, 150, "hot", 1},
+        {"hot expert tiles 4", F::int4_g32_bf16, silu, 256, 128, 16, 4, 150, "hot", 4},
+        {"half the experts empty", F::int4_g32_bf16, silu, 256, 128, 32, 4, 60, "half_empty", 1},
+        {"foreign experts", F::int4_g32_bf16, silu, 256, 128, 8, 4, 64, "foreign", 1},
+        {"no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 1},
+        {"odd sizes int4", F::int4_g32_bf16, silu, 224, 96, 5, 2, 33, "uniform", 1},
+        {"odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
+        {"4096 tokens", F::int4_g32_bf16, silu, 256, 128, 64, 8, 4096, "uniform", 4},
+        {"16384 tokens", F::mxfp4_g32_e8m0, situ, 128, 64, 32, 4, 16384, "uniform", 4},
+        {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
+        {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
+    };
+    for (const Case& c : cases) run_case(c);
+}

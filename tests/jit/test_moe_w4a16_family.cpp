@@ -1,0 +1,145 @@
+// Family moe_w4a16 (CPU): descriptors canonicalise and refuse what the kernels cannot do, the layout is
+// checked at dispatch, and NVRTC compiles every kernel kind to an sm_90a cubin without a GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "jit/family_moe_w4a16.hpp"
+#include "jit/kernel_key.hpp"
+#include "jit/nvrtc.hpp"
+#include "runtime/error.hpp"
+
+using namespace kiln::jit;
+
+namespace {
+
+const Target k_h200 = Target::sm(90, 'a');
+
+moe::PreparedMoeWeights meta(moe::W4Format f, moe::W4Layout l, bool gate_up, int n, int k, int experts = 4) {
+    const bool int4 = f == moe::W4Format::int4_g32_bf16;
+    std::vector<std::byte> packed(int4 ? size_t(n) * (k / 8) * 4 : size_t(n) * (k / 2));
+    std::vector<std::byte> scale(size_t(n) * (k / 32) * (int4 ? 2 : 1), static_cast<std::byte>(int4 ? 0 : 127));
+    moe::PreparedMoeWeights w = moe::prepare_moe_weights(f, l, gate_up, 1, n, k, [&](int, int) {
+        return moe::CheckpointMatrix{packed, scale};
+    });
+    w.bytes.clear();
+    w.experts = experts;
+    return w;
+}
+
+NvrtcOutput compile(const KernelDescriptor& d) {
+    const Family& f = builtin_families().get(d.family.view());
+    KernelRecipe r = make_recipe(f, f.canonicalize(d), TemplateStore::instance());
+    return Nvrtc::instance().compile(nvrtc_program(r, locate_cuda_headers()));
+}
+
+void check_cubin(const NvrtcOutput& out, const std::string& kernel) {
+    REQUIRE(out.cubin.size() > 64);
+    CHECK(std::memcmp(out.cubin.data(), "\x7f" "ELF", 4) == 0);
+    CHECK(out.lowered_name.find(kernel) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 2048);
+    KernelDescriptor g = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200);
+    CHECK(g.family.view() == "moe_w4a16");
+    CHECK(g.mode.view() == "indexed");
+    CHECK(g.n == 4096);
+    CHECK(g.k == 7168);
+    CHECK(g.weight_format == WeightFormat::int4_g32_bf16);
+    CHECK(g.config.block_m == 8);
+    CHECK(g.config.block_k == 128);
+    CHECK(g.config.stages >= 4);
+    CHECK(MoeW4A16Family::kind(g) == MoeW4A16Kernel::gate_up);
+    CHECK(MoeW4A16Family().canonicalize(g) == g);  // idempotent
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) <= 232448u);
+    DeviceSource s = MoeW4A16Family().device_source(g);
+    CHECK(s.name_expr.find("moe_w4a16_decode<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 1,") != std::string::npos);
+    CHECK(collect_template_headers(s.source, TemplateStore::instance()).size() == 3);
+
+    KernelDescriptor d = MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::silu_glu, 2, k_h200);
+    CHECK(d.n == 7168);
+    CHECK(d.k == 2048);
+    CHECK(d.config.block_m == 16);
+    CHECK(MoeW4A16Family().device_source(d).name_expr.find(", 1, 0, false, 2,") != std::string::npos);
+
+    const auto k3 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 3072, 3584);
+    KernelDescriptor k = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, k3, MoeActivation::situ_glu, 1, k_h200);
+    CHECK(k.weight_format == WeightFormat::mxfp4_g32_e8m0);
+    CHECK((k.config.flags & MoeW4A16Family::k_flag_situ) != 0);
+    CHECK(MoeW4A16Family().device_source(k).name_expr.find("kFormatMxfp4, false, 0, 1, false, 1,") != std::string::npos);
+
+    KernelDescriptor r = MoeW4A16Family::routing(112, 1, k_h200);
+    CHECK(r.experts == 112);
+    CHECK(MoeW4A16Family().max_dynamic_smem(r) == 2 * 4 * 112);
+    CHECK(MoeW4A16Family().device_source(r).name_expr == "&kiln_dev::moe::moe_w4a16_routing<8>");
+}
+
+TEST_CASE("moe_w4a16: bad descriptors and prefill-packed weights are refused") {
+    const auto pre = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::prefill_mma16, true, 256, 512);
+    try {
+        MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, pre, MoeActivation::silu_glu, 1, k_h200);
+        FAIL("prefill-packed weights accepted by the decode kernel");
+    } catch (const kiln::InvalidArgument& e) {
+        CHECK(std::string(e.what()).find("prefill_mma16") != std::string::npos);
+    }
+    const auto down = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 512, 256);
+    CHECK_THROWS_AS(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, down, MoeActivation::silu_glu, 1, k_h200),
+                    kiln::InvalidArgument);  // plain matrices are not interleaved gate/up
+    KernelDescriptor g = MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, MoeActivation::silu_glu, 1, k_h200);
+    KernelDescriptor bad = g;
+    bad.config.block_m = 24;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.n = 200;  // not a whole number of 128-row super-blocks
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.k = 100;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.target = Target::sm(89);
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.target = Target::host_target();  // the host target has its own implementation
+    const KernelDescriptor host = MoeW4A16Family().canonicalize(bad);
+    CHECK(host.target.is_host());
+    CHECK(host.config.stages == 0);  // host kernels have no pipeline stages
+    CHECK(MoeW4A16Family().canonicalize(host) == host);
+    bad = g;
+    bad.config.stages = 20;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::routing(0, 1, k_h200), kiln::InvalidArgument);
+}
+
+TEST_CASE("moe_w4a16: odd K takes the masked variant, wide MXFP4 scales the exact path") {
+    const auto odd = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
+    KernelDescriptor g = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::silu_glu, 1, k_h200);
+    CHECK((g.config.flags & MoeW4A16Family::k_flag_mask_k) != 0);
+    CHECK(g.config.block_k == 128);  // K padded to 256
+    auto wide = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 256, 192);
+    wide.wide_scales = true;
+    KernelDescriptor d = MoeW4A16Family::gemm(MoeW4A16Kernel::down, wide, MoeActivation::situ_glu, 1, k_h200);
+    CHECK((d.config.flags & MoeW4A16Family::k_flag_wide_scale) != 0);
+    CHECK((d.config.flags & MoeW4A16Family::k_flag_situ) == 0);  // the activation belongs to gate_up
+    CHECK(d.config.block_k == 64);                                 // K_pad 192 is not a multiple of 128
+    CHECK(MoeW4A16Family().device_source(d).name_expr.find("kFormatMxfp4, true, 1,") != std::string::npos);
+}
+
+TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
+    const auto odd = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
+    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200)),
+                "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 2, k_h200)),
+                "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::situ_glu, 4, k_h200)),
+                "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::routing(384, 2, k_h200)), "moe_w4a16_routing");
+    check_cubin(compile(MoeW4A16Family::dequant(dn, k_h200)), "moe_w4a16_dequant");
+}

@@ -1,0 +1,264 @@
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/checkpoint.hpp"
+#include "model/make_model.hpp"
+#include "model/preset.hpp"
+#include "model/reference/forward.hpp"
+#include "model/reference/generate.hpp"
+#include "reference_test_util.hpp"
+#include "runtime/error.hpp"
+
+using namespace kiln::model;
+using namespace kiln::model::reference;
+using kiln_test::Rng;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+public:
+    explicit TempDir(const std::string& tag) {
+        static int counter = 0;
+        path_ = fs::temp_directory_path() /
+                fmt::format("kiln-reftest-{}-{}-{}", tag, ::getpid(), counter++);
+        fs::remove_all(path_);
+        fs::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    const fs::path& path() const { return path_; }
+
+private:
+    fs::path path_;
+};
+
+std::unique_ptr<ReferenceModel> build(const ModelConfig& c, uint64_t seed = kDefaultModelSeed) {
+    TempDir dir("model");
+    MakeModelOptions opts;
+    opts.seed = seed;
+    write_model(c, dir.path(), opts);
+    Checkpoint ck = Checkpoint::open(dir.path());
+    return std::make_unique<ReferenceModel>(c, ck);
+}
+
+bool all_finite(const Matrix& m) {
+    return std::all_of(m.data.begin(), m.data.end(), [](float v) { return std::isfinite(v); });
+}
+
+std::vector<uint32_t> random_ids(size_t n, size_t vocab, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::vector<uint32_t> ids(n);
+    for (auto& id : ids) id = uint32_t(g() % vocab);
+    return ids;
+}
+
+// Runs `ids` through a fresh request in calls of `step` tokens; returns all logits.
+Matrix run_in_steps(const ReferenceModel& m, std::span<const uint32_t> ids, size_t step, const ForwardOptions& o = {}) {
+    RequestState st = m.new_request();
+    Matrix out = kiln_test::poisoned(ids.size(), m.vocab_size());
+    for (size_t b = 0; b < ids.size(); b += step) {
+        size_t e = std::min(ids.size(), b + step);
+        Matrix part = m.forward(st, ids.subspan(b, e - b), o);
+        std::copy(part.data.begin(), part.data.end(), out.row(b));
+    }
+    CHECK(st.position() == ids.size());
+    return out;
+}
+
+// The Kimi-Linear-48B form at k3-tiny widths: softplus gate, low-rank KDA gate, plain q_proj, no MLA
+// output gate, experts on the hidden state (no latent), SiLU, no AttnRes, scaled router.
+ModelConfig kimi_linear_tiny() {
+    ModelConfig c = k3_tiny_config(ExpertFormat::bf16);
+    c.model_type = "kimi_linear";
+    c.layout = TensorLayout::kimi_linear;
+    c.hidden_act = Activation::silu;
+    c.kda.gate_lower_bound.reset();
+    c.kda.use_full_rank_gate = false;
+    c.mla.q_lora_rank.reset();
+    c.mla.use_output_gate = false;
+    c.moe.routed_expert_hidden_size.reset();
+    c.moe.latent_moe_use_norm = false;
+    c.moe.router.routed_scaling_factor = 2.446f;
+    c.attn_res_block_size.reset();
+    validate_config(c);
+    return c;
+}
+
+void check_consistency(const ReferenceModel& m, size_t T, double tol) {
+    std::vector<uint32_t> ids = random_ids(T, m.vocab_size(), 99);
+    Matrix whole = run_in_steps(m, ids, T);
+    REQUIRE(all_finite(whole));
+    // Logits vary across the vocabulary (not a degenerate model).
+    double mn = *std::min_element(whole.data.begin(), whole.data.end());
+    double mx = *std::max_element(whole.data.begin(), whole.data.end());
+    CHECK(mx - mn > 1.0);
+    for (size_t step : {size_t(1), size_t(3), size_t(17), size_t(64)}) {
+        CAPTURE(step);
+        CHECK(kiln_test::rel_err(run_in_steps(m, ids, step), whole) < tol);
+    }
+    // The same whole-prompt call pinned to the other evaluations of KDA and MLA.
+    ForwardOptions rec{KdaMode::recurrent, MlaMode::absorbed};
+    CHECK(kiln_test::rel_err(run_in_steps(m, ids, T, rec), whole) < tol);
+    ForwardOptions chunk_step{KdaMode::chunked, MlaMode::plain};
+    CHECK(kiln_test::rel_err(run_in_steps(m, ids, 1, chunk_step), whole) < tol);
+}
+
+}  // namespace
+
+TEST_CASE("k3-tiny: prefill whole, in chunks of any size, or token by token gives the same logits") {
+    auto m = build(k3_tiny_config());
+    check_consistency(*m, 150, 2e-5);  // crosses two 64-token KDA chunks
+}
+
+TEST_CASE("Kimi-Linear-48B form: the same equivalence") {
+    auto m = build(kimi_linear_tiny());
+    check_consistency(*m, 80, 2e-5);
+}
+
+TEST_CASE("k3-tiny loads and runs with bf16, INT4 and MXFP4 experts") {
+    std::vector<uint32_t> ids = random_ids(12, 4096, 5);
+    Matrix ref;
+    for (ExpertFormat f : {ExpertFormat::bf16, ExpertFormat::int4_g32, ExpertFormat::mxfp4_g32}) {
+        CAPTURE(expert_format_name(f));
+        auto m = build(k3_tiny_config(f));
+        Matrix logits = run_in_steps(*m, ids, ids.size());
+        REQUIRE(all_finite(logits));
+        // Same seed, same fp32 draws: the 4-bit formats perturb the experts, so the logits move.
+        if (f == ExpertFormat::bf16) ref = logits;
+        else CHECK(kiln_test::rel_err(logits, ref) > 1e-3);
+    }
+}
+
+TEST_CASE("bad token ids are refused and leave the request state untouched") {
+    auto m = build(k3_tiny_config());
+    std::vector<uint32_t> ids = random_ids(6, m->vocab_size(), 3);
+    RequestState st = m->new_request();
+    m->forward(st, std::span(ids).subspan(0, 3));
+    std::vector<uint32_t> bad{ids[3], uint32_t(m->vocab_size())};
+    CHECK_THROWS_AS(m->forward(st, bad), kiln::InvalidArgument);
+    CHECK(st.position() == 3);
+    Matrix rest = m->forward(st, std::span(ids).subspan(3));
+    Matrix whole = run_in_steps(*m, ids, ids.size());
+    CHECK(kiln_test::rel_err(rest, kiln_test::rows(whole, 3, 6)) < 2e-5);
+    CHECK(m->forward(st, std::span<const uint32_t>()).rows == 0);
+}
+
+TEST_CASE("request state holds the KDA conv + fp32 recurrent state and the MLA latent cache") {
+    ModelConfig c = k3_tiny_config();
+    auto m = build(c);
+    RequestState st = m->new_request();
+    const size_t hk = size_t(c.kda.inner_dim()), K = size_t(c.kda.head_dim), H = size_t(c.kda.num_heads);
+    const size_t kda_bytes = size_t(c.num_kda_layers()) * (H * K * K + 3 * size_t(c.kda.conv_size - 1) * hk) * 4;
+    CHECK(st.bytes() == kda_bytes);
+    std::vector<uint32_t> ids = random_ids(5, m->vocab_size(), 4);
+    m->forward(st, ids);
+    CHECK(st.bytes() == kda_bytes + size_t(c.num_mla_layers()) * 5 * size_t(c.mla.cache_dim()) * 4);
+}
+
+namespace {
+
+// Overwrites the F32 tensor `name` in the checkpoint's shards with `values` (test-only surgery on a copy).
+void patch_f32_tensor(const fs::path& dir, const std::string& name, const std::vector<float>& values) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+        if (entry.path().extension() != ".safetensors") continue;
+        std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+        uint64_t n = 0;
+        f.read(reinterpret_cast<char*>(&n), 8);
+        std::string header(n, '\0');
+        f.read(header.data(), std::streamsize(n));
+        auto j = nlohmann::json::parse(header);
+        if (!j.contains(name)) continue;
+        REQUIRE(j[name]["dtype"] == "F32");
+        uint64_t begin = j[name]["data_offsets"][0];
+        uint64_t end = j[name]["data_offsets"][1];
+        REQUIRE(end - begin == values.size() * 4);
+        f.seekp(std::streamoff(8 + n + begin));
+        f.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * 4));
+        return;
+    }
+    FAIL("tensor not found: " << name);
+}
+
+}  // namespace
+
+TEST_CASE("A_log is read per head from its first H entries of the checkpoint") {
+    // k3-tiny stores A_log as [max(H, head_dim)] = [32] for 4 heads, like K3's [128] for 96 heads.
+    ModelConfig c = k3_tiny_config(ExpertFormat::bf16);
+    const size_t H = size_t(c.kda.num_heads);
+    TempDir dir("alog");
+    write_model(c, dir.path());
+    const std::string name = TensorNames(c).layer(1, "self_attn.A_log");
+    std::vector<float> a_log;
+    {
+        Checkpoint ck = Checkpoint::open(dir.path());
+        a_log = to_fp32(ck.get(name));
+    }
+    REQUIRE(a_log.size() > H);
+    std::vector<uint32_t> ids = random_ids(20, size_t(c.vocab_size), 8);
+    auto logits = [&] {
+        Checkpoint ck = Checkpoint::open(dir.path());
+        ReferenceModel m(c, ck);
+        return run_in_steps(m, ids, ids.size());
+    };
+    Matrix base = logits();
+    // Entries past H (the padding) must not matter...
+    std::vector<float> padded = a_log;
+    for (size_t i = H; i < padded.size(); ++i) padded[i] = 2.5f + 0.1f * float(i);
+    patch_f32_tensor(dir.path(), name, padded);
+    CHECK(kiln_test::rel_err(logits(), base) == 0.0);
+    // ...while a per-head entry does.
+    padded[1] += 1.0f;
+    patch_f32_tensor(dir.path(), name, padded);
+    CHECK(kiln_test::rel_err(logits(), base) > 1e-4);
+}
+
+TEST_CASE("generate: greedy is deterministic and follows the argmax of the logits") {
+    auto m = build(k3_tiny_config());
+    std::vector<uint32_t> prompt = random_ids(7, m->vocab_size(), 12);
+    std::vector<uint32_t> streamed;
+    GenerateResult a = generate(*m, prompt, 10, SamplingParams{}, {}, [&](uint32_t id) { streamed.push_back(id); });
+    GenerateResult b = generate(*m, prompt, 10, SamplingParams{}, {});
+    REQUIRE(a.ids.size() == 10);
+    CHECK(a.ids == b.ids);
+    CHECK(streamed == a.ids);
+    // Each greedy id is the argmax of the logits of the sequence so far.
+    std::vector<uint32_t> seq = prompt;
+    for (uint32_t id : a.ids) {
+        Matrix l = run_in_steps(*m, seq, seq.size());
+        const float* last = l.row(l.rows - 1);
+        CHECK(id == uint32_t(std::max_element(last, last + l.cols) - last));
+        seq.push_back(id);
+    }
+    // A stop id ends generation (and is reported).
+    GenerateResult c = generate(*m, prompt, 10, SamplingParams{}, std::vector<uint32_t>{a.ids[2]});
+    CHECK(c.stopped);
+    CHECK(c.ids.size() <= 3);
+    // Sampling: same seed, same ids.
+    SamplingParams s{0.8f, 0.9f, 77};
+    CHECK(generate(*m, prompt, 10, s, {}).ids == generate(*m, prompt, 10, s, {}).ids);
+}
+
+TEST_CASE("grouped top-k routing is refused with a clear message") {
+    ModelConfig c = k3_tiny_config();
+    TempDir dir("group");
+    write_model(c, dir.path());
+    Checkpoint ck = Checkpoint::open(dir.path());
+    c.moe.router.num_expert_group = 2;
+    c.moe.router.topk_group = 1;
+    CHECK_THROWS_WITH_AS(ReferenceModel(c, ck), doctest::Contains("grouped top-k"), kiln::InvalidArgument);
+}
