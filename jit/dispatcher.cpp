@@ -1,7 +1,5 @@
 #include "jit/dispatcher.hpp"
 
-#include <openssl/evp.h>
-
 #include <ctime>
 
 #include <fmt/format.h>
@@ -19,15 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-std::string sha256_hex(const std::vector<uint8_t>& data) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) throw Error("SHA-256 failed");
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
-    return out;
-}
 
 std::once_flag g_identity_warning, g_header_warning;
 
@@ -161,8 +150,7 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
     i.kernel_name = out.lowered_name;
     i.compiler = actual;
     i.compile_ms = out.compile_ms;
-    i.bytes = out.cubin.size();
-    i.sha256 = sha256_hex(out.cubin);
+    i.bytes = out.cubin.size();  // the store fills sha256
     i.created_at = static_cast<int64_t>(std::time(nullptr));
     i.last_used = i.created_at;
     o.artifact.blob = std::move(out.cubin);

@@ -268,9 +268,9 @@ void run_bench(const BenchOptions& o) {
 void add_jit_bench(CLI::App& bench) {
     auto o = std::make_shared<BenchOptions>();
     CLI::App* c = bench.add_subcommand("jit", "JIT compile, cache load and dispatch overhead");
-    c->add_option("--iters", o->iters, "Launches per path in the dispatch benchmark")->envname("KILN_BENCH_ITERS");
-    c->add_option("--reps", o->reps, "Repetitions of the warm-load measurement")->envname("KILN_BENCH_REPS");
-    c->add_flag("--json", o->json, "JSON output")->envname("KILN_BENCH_JSON");
+    c->add_option("--iters", o->iters, "Launches per path in the dispatch benchmark")->envname("KILN_BENCH_JIT_ITERS");
+    c->add_option("--reps", o->reps, "Repetitions of the warm-load measurement")->envname("KILN_BENCH_JIT_REPS");
+    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JSON");
     c->callback([o] { run_bench(*o); });
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cache/cache_cli.hpp"
 #include "cache/store.hpp"
 #include "jit/dispatcher.hpp"
 #include "jit/family.hpp"
@@ -18,7 +19,8 @@ namespace kiln::jit {
 namespace {
 
 struct CompileOptions {
-    std::string family, mode, arch, descriptor, cache_dir;
+    std::string family, mode, arch, descriptor;
+    cache::StoreFlags store;
     int m = 0, n = 0, k = 0, experts = 0, topk = 0, block_m = 0, warps = 0;
     bool json = false;
 };
@@ -67,9 +69,7 @@ void run_compile(const CompileOptions& o) {
         d.config.warps = static_cast<uint8_t>(o.warps);
         d.target = choose_target(o.arch);
     }
-    cache::StoreOptions so;
-    so.cache_dir = o.cache_dir;
-    cache::Store store(so);
+    cache::Store store(o.store.options());
     DispatcherOptions dopt;
     dopt.store = &store;
     Dispatcher disp(dopt);
@@ -86,13 +86,14 @@ void run_compile(const CompileOptions& o) {
                             {"compiler", r.compiler},
                             {"compile_ms", r.compile_ms},
                             {"bytes", r.bytes},
-                            {"stored", store.caching_enabled()},
+                            {"cache_enabled", store.caching_enabled()},
                             {"nvrtc_loaded", Nvrtc::is_loaded()},
                             {"cache_db", store.user_db_path()}};
         fmt::print("{}\n", j.dump(2));
         return;
     }
-    if (r.cache_hit) fmt::print("cache hit ({} layer): {}\n", r.layer.empty() ? "user" : r.layer, r.key.hex());
+    if (r.cache_hit)
+        fmt::print("cache hit ({}): {}\n", r.layer == "user" ? std::string("user cache") : "prebuilt " + r.layer, r.key.hex());
     else fmt::print("compiled: {}\n", r.key.hex());
     fmt::print("  descriptor  {}\n", to_string(r.desc));
     fmt::print("  kernel      {}\n", r.kernel_name);
@@ -112,7 +113,7 @@ void add_jit_commands(CLI::App& app) {
 
     auto json_fam = std::make_shared<bool>(false);
     CLI::App* fam = jit->add_subcommand("families", "List the registered kernel families");
-    fam->add_flag("--json", *json_fam, "JSON output")->envname("KILN_JIT_JSON");
+    fam->add_flag("--json", *json_fam, "JSON output")->envname("KILN_JSON");
     fam->callback([json_fam] { run_families(*json_fam); });
 
     auto o = std::make_shared<CompileOptions>();
@@ -129,8 +130,8 @@ void add_jit_commands(CLI::App& app) {
     c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")->envname("KILN_JIT_WARPS");
     c->add_option("--descriptor", o->descriptor, "A full descriptor in canonical text form (overrides the above)")
         ->envname("KILN_JIT_DESCRIPTOR");
-    c->add_option("--cache-dir", o->cache_dir, "User kernel cache directory")->envname("KILN_CACHE_DIR");
-    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JIT_JSON");
+    cache::add_store_flags(*c, o->store);
+    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JSON");
     c->callback([o] { run_compile(*o); });
 }
 

@@ -1,12 +1,12 @@
 #include "serving/info_cli.hpp"
 
-#include <filesystem>
 #include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cache/cache_cli.hpp"
 #include "cache/store.hpp"
 #include "jit/cuda_toolkit.hpp"
 #include "jit/kernel_key.hpp"
@@ -15,39 +15,10 @@
 #include "kiln_config.h"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device.hpp"
-#include "runtime/env.hpp"
 
 namespace kiln::serving {
 
 namespace {
-
-namespace fs = std::filesystem;
-
-struct DirUsage {
-    uint64_t files = 0, bytes = 0;
-    bool exists = false;
-};
-
-DirUsage usage(const fs::path& p) {
-    DirUsage u;
-    std::error_code ec;
-    if (fs::is_regular_file(p, ec)) {
-        u.exists = true;
-        u.files = 1;
-        u.bytes = fs::file_size(p, ec);
-        return u;
-    }
-    if (!fs::is_directory(p, ec)) return u;
-    u.exists = true;
-    for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-        if (it->is_regular_file(ec)) {
-            ++u.files;
-            u.bytes += it->file_size(ec);
-        }
-    }
-    return u;
-}
 
 std::string human(uint64_t b) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -60,7 +31,7 @@ std::string human(uint64_t b) {
     return i == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[i]);
 }
 
-nlohmann::json collect() {
+nlohmann::json collect(cache::StoreOptions store_options) {
     nlohmann::json j;
     j["version"] = KILN_VERSION;
     j["host_jit"] = static_cast<bool>(KILN_HAVE_HOST_JIT);
@@ -109,24 +80,24 @@ nlohmann::json collect() {
     j["templates"] = {{"source", ts.override_dir().empty() ? "embedded" : ts.override_dir()},
                       {"count", ts.names().size()}};
 
-    std::string dir = cache::default_cache_dir();
-    DirUsage u = usage(dir);
-    j["cache"] = {{"user_dir", dir}, {"exists", u.exists}, {"files", u.files}, {"bytes", u.bytes}};
-    nlohmann::json prebuilt = nlohmann::json::array();
-    if (auto v = env::get("KILN_KERNEL_CACHE")) {
-        size_t start = 0;
-        while (start <= v->size()) {
-            size_t end = v->find(',', start);
-            if (end == std::string::npos) end = v->size();
-            std::string file = v->substr(start, end - start);
-            if (!file.empty()) {
-                DirUsage pu = usage(file);
-                prebuilt.push_back({{"file", file}, {"exists", pu.exists}, {"bytes", pu.bytes}});
-            }
-            start = end + 1;
-        }
+    // Inspect the caches without creating or writing anything.
+    store_options.read_only = true;
+    const std::string dir = store_options.cache_dir.empty() ? cache::default_cache_dir() : store_options.cache_dir;
+    j["cache"] = {{"user_dir", dir}, {"layers", nlohmann::json::array()}};
+    try {
+        cache::Store store(store_options);
+        cache::Store::Stats st = store.stats();
+        j["cache"]["user_db"] = store.user_db_path();
+        j["cache"]["entries"] = st.entries;
+        j["cache"]["bytes"] = st.bytes;
+        j["cache"]["max_bytes"] = st.max_bytes;
+        for (const auto& l : st.layers)
+            j["cache"]["layers"].push_back({{"name", l.name}, {"path", l.path}, {"trust", l.trust},
+                                            {"entries", l.entries}, {"bytes", l.bytes},
+                                            {"file_bytes", l.file_bytes}});
+    } catch (const Error& e) {
+        j["cache"]["error"] = e.what();
     }
-    j["cache"]["prebuilt"] = prebuilt;
     return j;
 }
 
@@ -160,23 +131,24 @@ void print_human(const nlohmann::json& j) {
     fmt::print("templates    {} ({} files)\n", j["templates"]["source"].get<std::string>(),
                j["templates"]["count"].get<size_t>());
     const auto& c = j["cache"];
-    fmt::print("user cache   {} ({})\n", c["user_dir"].get<std::string>(),
-               c["exists"].get<bool>() ? fmt::format("{} in {} files", human(c["bytes"].get<uint64_t>()),
-                                                     c["files"].get<uint64_t>())
-                                       : std::string("not created yet"));
-    for (const auto& p : c["prebuilt"])
-        fmt::print("prebuilt     {} ({})\n", p["file"].get<std::string>(),
-                   p["exists"].get<bool>() ? human(p["bytes"].get<uint64_t>()) : std::string("missing"));
+    fmt::print("cache dir    {}\n", c["user_dir"].get<std::string>());
+    if (c.contains("error")) fmt::print("cache        unreadable: {}\n", c["error"].get<std::string>());
+    for (const auto& l : c["layers"])
+        fmt::print("cache layer  {} ({}): {} kernels, {} of kernels, {} on disk\n", l["path"].get<std::string>(),
+                   l["trust"].get<std::string>(), l["entries"].get<uint64_t>(), human(l["bytes"].get<uint64_t>()),
+                   human(l["file_bytes"].get<uint64_t>()));
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
+    auto flags = std::make_shared<cache::StoreFlags>();
     CLI::App* c = app.add_subcommand("info", "Devices, driver, NVRTC, target and kernel cache of this machine");
-    c->add_flag("--json", *json, "JSON output")->envname("KILN_INFO_JSON");
-    c->callback([json] {
-        nlohmann::json j = collect();
+    c->add_flag("--json", *json, "JSON output")->envname("KILN_JSON");
+    cache::add_store_flags(*c, *flags);
+    c->callback([json, flags] {
+        nlohmann::json j = collect(flags->options());
         if (*json) fmt::print("{}\n", j.dump(2));
         else print_human(j);
     });

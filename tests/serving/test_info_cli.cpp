@@ -41,11 +41,15 @@ Run kiln(const std::string& args, const std::string& env = "") {
 
 }  // namespace
 
-TEST_CASE("kiln info --json reports driver, NVRTC, headers, target and cache") {
+TEST_CASE("kiln info --json reports driver, NVRTC, headers, target and the kernel cache") {
     fs::path cache = fs::temp_directory_path() / ("kiln-info-cache-" + std::to_string(::getpid()));
-    fs::create_directories(cache);
-    { std::ofstream(cache / "f.bin") << std::string(1000, 'x'); }
-    Run r = kiln("info --json", "KILN_CACHE_DIR='" + cache.string() + "'");
+    const std::string env = "KILN_CACHE_DIR='" + cache.string() + "'";
+    Run empty = kiln("info --json", env);
+    REQUIRE(empty.rc == 0);
+    CHECK(nlohmann::json::parse(empty.out)["cache"]["entries"] == 0);
+    CHECK_FALSE(fs::exists(cache / "kernels.db"));  // info never creates the cache
+    REQUIRE(kiln("jit compile --family moe_routing --arch sm_90a --experts 8 --topk 2", env).rc == 0);
+    Run r = kiln("info --json", env);
     fs::remove_all(cache);
     REQUIRE(r.rc == 0);
     auto j = nlohmann::json::parse(r.out);
@@ -55,7 +59,10 @@ TEST_CASE("kiln info --json reports driver, NVRTC, headers, target and cache") {
     CHECK(j["cuda_headers"]["found"] == true);
     CHECK(j["key_compiler_identity"].get<std::string>().rfind("nvrtc-", 0) == 0);
     CHECK(j["cache"]["user_dir"] == cache.string());
-    CHECK(j["cache"]["bytes"].get<uint64_t>() >= 1000);
+    CHECK(j["cache"]["entries"] == 1);
+    REQUIRE(j["cache"]["layers"].size() == 1);
+    CHECK(j["cache"]["layers"][0]["name"] == "user");
+    CHECK(j["cache"]["layers"][0]["file_bytes"].get<uint64_t>() > 0);
     if (j["devices"].empty()) CHECK(j["target"] == "host");
     else CHECK(j["target"].get<std::string>().rfind("sm_", 0) == 0);
 }
