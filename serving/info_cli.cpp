@@ -15,7 +15,6 @@
 #include "kiln_config.h"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device.hpp"
-#include "runtime/env.hpp"
 #include "runtime/exec_target.hpp"
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_compiler.hpp"

@@ -246,7 +246,9 @@ TEST_CASE("a failing launch reports kernel, grid, block and shared memory") {
     LaunchDims dims;
     dims.block = {2048, 1, 1};  // over the 1024-thread limit
     dims.smem = 1234;
-    void* args[8] = {};
+    uint64_t zeros[8] = {};
+    void* args[8];
+    for (int i = 0; i < 8; ++i) args[i] = &zeros[i];
     try {
         launch(k.kernel, dims, s.handle(), args);
         FAIL("expected CudaLaunchError");
