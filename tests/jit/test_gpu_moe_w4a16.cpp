@@ -243,39 +243,39 @@ void run_case(const Case& c) {
         {"dynamic, rows + combine, window 8", MoeW4A16Schedule::dynamic, -1, 8, 0},
     };
     for (const Config& cfg : configs) {
-    CAPTURE(cfg.name);
-    MoeW4A16Options opt;
-    opt.act = c.act;
-    opt.topk = c.topk;
-    opt.max_tokens = c.tokens;
-    opt.tiles = c.tiles;
-    opt.schedule = cfg.schedule;
-    opt.k_chunk = cfg.k_chunk;
-    opt.order_window = cfg.window;
-    opt.rows_combine_min = cfg.rows_min;
-    MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
-    for (int rep = 0; rep < 2; ++rep) {
-        CAPTURE(rep);
-        fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
-        layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
-                      dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
-        s.synchronize();
-        const std::vector<uint16_t> got = to_host<uint16_t>(dout);
-        double num = 0, den = 0;
-        long nans = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const float g = bf16_to_float(got[i]);
-            if (!std::isfinite(g)) {
-                ++nans;
-                continue;
+        CAPTURE(cfg.name);
+        MoeW4A16Options opt;
+        opt.act = c.act;
+        opt.topk = c.topk;
+        opt.max_tokens = c.tokens;
+        opt.tiles = c.tiles;
+        opt.schedule = cfg.schedule;
+        opt.k_chunk = cfg.k_chunk;
+        opt.order_window = cfg.window;
+        opt.rows_combine_min = cfg.rows_min;
+        MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
+        for (int rep = 0; rep < 2; ++rep) {
+            CAPTURE(rep);
+            fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
+            layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
+                          dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
+            s.synchronize();
+            const std::vector<uint16_t> got = to_host<uint16_t>(dout);
+            double num = 0, den = 0;
+            long nans = 0;
+            for (size_t i = 0; i < ref.size(); ++i) {
+                const float g = bf16_to_float(got[i]);
+                if (!std::isfinite(g)) {
+                    ++nans;
+                    continue;
+                }
+                num += (g - ref[i]) * (g - ref[i]);
+                den += ref[i] * ref[i];
             }
-            num += (g - ref[i]) * (g - ref[i]);
-            den += ref[i] * ref[i];
+            const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+            CHECK(nans == 0);
+            CHECK(err <= 1e-2);
         }
-        const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-        CHECK(nans == 0);
-        CHECK(err <= 1e-2);
-    }
     }
 }
 
