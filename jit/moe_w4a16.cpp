@@ -15,6 +15,12 @@ using runtime::DType;
 using runtime::Location;
 using runtime::TensorView;
 
+namespace {
+// Automatic gate_up schedule: dynamic for INT4 weights below this many routed slots (M x top-k), static
+// otherwise and for MXFP4 (H200 measurements, docs/perf-notes.md §8).
+constexpr int64_t k_gate_up_dynamic_max_slots = 4096;
+}  // namespace
+
 DeviceMoeWeights DeviceMoeWeights::upload(const moe::PreparedMoeWeights& w) {
     DeviceMoeWeights d;
     d.buffer = runtime::DeviceBuffer(w.bytes.size());
@@ -62,19 +68,34 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (tiles_ != 1 && tiles_ != 2 && tiles_ != 4)
         throw InvalidArgument(fmt::format("moe_w4a16: tiles={} must be 1, 2 or 4", tiles_));
 
-    if (opt.k_chunk < -1) throw InvalidArgument(fmt::format("moe_w4a16: k_chunk={} (records, -1 = choose)", opt.k_chunk));
+    if (opt.gate_up_k_chunk < -1 || opt.down_k_chunk < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: K chunks {} / {} (records; -1 = choose per call, 0 = whole K)",
+                                          opt.gate_up_k_chunk, opt.down_k_chunk));
     if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
-    const bool dynamic = opt.schedule == MoeW4A16Schedule::dynamic;
-    const bool rows_possible =
-        opt.rows_combine_min >= 0 && static_cast<int64_t>(opt.max_tokens) * opt.topk >= opt.rows_combine_min;
+    const int64_t max_slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
+    const bool rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
+    // Which kernels a call can use (see launch_routing for the per-call choice).
+    const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
+    const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
+    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic || (gu_pick == MoeW4A16SchedulePick::automatic && int4);
+    const bool gu_static_possible = gu_pick == MoeW4A16SchedulePick::static_shares ||
+                                    (gu_pick == MoeW4A16SchedulePick::automatic &&
+                                     (!int4 || max_slots >= k_gate_up_dynamic_max_slots));
+    const bool dn_dyn = dn_pick != MoeW4A16SchedulePick::static_shares;
+    const MoeW4A16Schedule dn_sched = dn_dyn ? MoeW4A16Schedule::dynamic : MoeW4A16Schedule::static_shares;
 
     const Target target = disp.device_target();
     k_routing_ = &disp.get(MoeW4A16Family::routing(experts_, tiles_, target));
-    k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target, opt.schedule));
-    k_down_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, opt.schedule));
+    if (gu_static_possible)
+        k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target,
+                                                    MoeW4A16Schedule::static_shares));
+    if (gu_dyn_possible)
+        k_gate_up_dyn_ = &disp.get(
+            MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target, MoeW4A16Schedule::dynamic));
+    const LoadedKernel* dn_kernel = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched));
+    (dn_dyn ? k_down_dyn_ : k_down_) = dn_kernel;
     if (rows_possible) {
-        k_down_rows_ =
-            &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, opt.schedule, true));
+        k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
         k_combine_ = &disp.get(MoeW4A16Family::combine(target));
     }
     sm_count_ = runtime::device_props(0).sm_count;
@@ -93,7 +114,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     counters_ = runtime::DeviceBuffer(static_cast<size_t>(dn_.n_pad / 16) * 4);
     runtime::fill_u32(acc_.ptr(), 0, acc_.size() / 4);
     runtime::fill_u32(counters_.ptr(), 0, counters_.size() / 4);
-    if (dynamic) {
+    if (k_gate_up_dyn_ || dn_dyn) {
         work_ = runtime::DeviceBuffer(4 * 4);  // claim + finished counters of gate_up, then of down
         runtime::fill_u32(work_.ptr(), 0, 4);
         split_max_ = 8 * 4 * sm_count_;
@@ -136,19 +157,24 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     tokens_ = static_cast<int>(topk_ids.shape[0]);
     const int64_t slots = static_cast<int64_t>(tokens_) * opt_.topk;
     use_rows_ = k_combine_ != nullptr && slots >= opt_.rows_combine_min;
-    if (opt_.schedule == MoeW4A16Schedule::dynamic) {
-        if (opt_.k_chunk >= 0) {
-            chunk_gu_ = chunk_dn_ = opt_.k_chunk;
-        } else {
-            const int groups = 4 * sm_count_, bm = 8 * tiles_;
-            chunk_gu_ = moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, gu_.n_pad, gu_.k_pad,
-                                                    gu_.k_pad % 128 == 0 ? 2 : 1, groups)
-                            .k_chunk;
-            chunk_dn_ = moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, dn_.n_pad, dn_.k_pad,
-                                                    dn_.k_pad % 128 == 0 ? 2 : 1, groups)
-                            .k_chunk;
-        }
-    }
+    gu_dyn_ = k_gate_up_dyn_ != nullptr &&
+              (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
+               slots < k_gate_up_dynamic_max_slots);
+    dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
+    const int groups = 4 * sm_count_, bm = 8 * tiles_;
+    chunk_gu_ = chunk_dn_ = 0;
+    if (gu_dyn_)
+        chunk_gu_ = opt_.gate_up_k_chunk >= 0
+                        ? opt_.gate_up_k_chunk
+                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, gu_.n_pad, gu_.k_pad,
+                                                      gu_.k_pad % 128 == 0 ? 2 : 1, groups)
+                              .k_chunk;
+    if (dn_dyn_ && !use_rows_)  // the rows mode never splits K
+        chunk_dn_ = opt_.down_k_chunk >= 0
+                        ? opt_.down_k_chunk
+                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, dn_.n_pad, dn_.k_pad,
+                                                      dn_.k_pad % 128 == 0 ? 2 : 1, groups)
+                              .k_chunk;
     MoeW4A16RoutingParams p{};
     p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
     p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
@@ -189,7 +215,7 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.k_chunk = chunk_gu_;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;
-    launch_moe_w4a16_gemm(*k_gate_up_, p, sm_count_, stream);
+    launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
@@ -219,7 +245,7 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.k_chunk = chunk_dn_;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;
-    launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : *k_down_, p, sm_count_, stream);
+    launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);
     if (use_rows_) {
         MoeW4A16CombineParams c{};
         c.rows = rows_.ptr();

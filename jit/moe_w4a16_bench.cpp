@@ -1,6 +1,7 @@
 #include "jit/moe_w4a16_bench.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -309,7 +310,7 @@ void run_bench(const BenchOptions& o) {
                    "gate_up {:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | "
                    "{:6.1f} TFLOP/s\n",
                    sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, layer.tiles(),
-                   opt.schedule == MoeW4A16Schedule::dynamic ? "dynamic" : "static",
+                   std::string(layer.gate_up_dynamic() ? "dyn" : "static") + "/" + (layer.down_dynamic() ? "dyn" : "static"),
                    layer.uses_rows_path() ? "+rows" : "", us, median(tr), median(tg), median(td), bytes / 1e6,
                    bytes / us / 1e6, 100.0 * floor_us / us, floor_us, flops / us / 1e6);
         std::fflush(stdout);
@@ -354,15 +355,22 @@ void add_moe_bench(CLI::App& bench) {
                     "write each scenario's routing (NAME.ids, NAME.weights, NAME.json) here for "
                     "scripts/bench-humming.py")
         ->envname("KILN_BENCH_MOE_ROUTING_DIR");
-    auto schedule = std::make_shared<std::string>(
-        opts->layer.schedule == MoeW4A16Schedule::dynamic ? "dynamic" : "static");
-    cmd->add_option("--schedule", *schedule, "GEMM work distribution: static (equal shares per SM) or dynamic "
-                                             "(items claimed at run time)")
-        ->envname("KILN_BENCH_MOE_SCHEDULE")
-        ->check(CLI::IsMember({"static", "dynamic"}));
-    cmd->add_option("--k-chunk", opts->layer.k_chunk,
-                    "dynamic schedule: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
-        ->envname("KILN_BENCH_MOE_K_CHUNK")
+    auto schedules = std::make_shared<std::array<std::string, 2>>(std::array<std::string, 2>{"auto", "auto"});
+    cmd->add_option("--gate-up-schedule", (*schedules)[0],
+                    "gate_up work distribution: auto (measured best per problem), static (equal shares per SM) or "
+                    "dynamic (items claimed at run time)")
+        ->envname("KILN_BENCH_MOE_GATE_UP_SCHEDULE")
+        ->check(CLI::IsMember({"auto", "static", "dynamic"}));
+    cmd->add_option("--down-schedule", (*schedules)[1], "down work distribution: auto, static or dynamic")
+        ->envname("KILN_BENCH_MOE_DOWN_SCHEDULE")
+        ->check(CLI::IsMember({"auto", "static", "dynamic"}));
+    cmd->add_option("--gate-up-k-chunk", opts->layer.gate_up_k_chunk,
+                    "dynamic gate_up: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
+        ->envname("KILN_BENCH_MOE_GATE_UP_K_CHUNK")
+        ->check(CLI::Range(-1, 1 << 20));
+    cmd->add_option("--down-k-chunk", opts->layer.down_k_chunk,
+                    "dynamic down with atomics: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
+        ->envname("KILN_BENCH_MOE_DOWN_K_CHUNK")
         ->check(CLI::Range(-1, 1 << 20));
     cmd->add_option("--order-window", opts->layer.order_window,
                     "dynamic schedule: claim order, m-blocks per window (1: each expert matrix in order)")
@@ -373,8 +381,14 @@ void add_moe_bench(CLI::App& bench) {
                     "(-1 never: fp32 atomics)")
         ->envname("KILN_BENCH_MOE_ROWS_COMBINE_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
-    cmd->callback([opts, schedule]() {
-        opts->layer.schedule = *schedule == "dynamic" ? MoeW4A16Schedule::dynamic : MoeW4A16Schedule::static_shares;
+    cmd->callback([opts, schedules]() {
+        const auto pick = [](const std::string& s) {
+            return s == "dynamic" ? MoeW4A16SchedulePick::dynamic
+                   : s == "static" ? MoeW4A16SchedulePick::static_shares
+                                   : MoeW4A16SchedulePick::automatic;
+        };
+        opts->layer.gate_up_schedule = pick((*schedules)[0]);
+        opts->layer.down_schedule = pick((*schedules)[1]);
         run_bench(*opts);
     });
 }

@@ -4,8 +4,8 @@
 // tolerance, for both formats and activations, skewed routings, empty experts, a hot expert, tokens with
 // no local expert, odd sizes and 1 to 16k tokens. Outputs are poisoned (NaN) before every run, and
 // every case runs twice (the layer must leave its accumulator and counters clean) under each layer
-// configuration: static and dynamic schedules (chosen K chunks, one-stage items with an odd claim
-// window), fp32-atomic and rows + combine down paths.
+// configuration: the automatic choices, static and dynamic schedules (chosen K chunks, one-stage items
+// with an odd claim window), fp32-atomic and rows + combine down paths.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -229,18 +229,20 @@ void run_case(const Case& c) {
     DeviceBuffer dout(size_t(c.tokens) * c.hidden * 2);
     const int64_t m = c.tokens;
     Stream s;
+    using P = MoeW4A16SchedulePick;
     struct Config {
         const char* name;
-        MoeW4A16Schedule schedule;
-        int k_chunk, window;
+        P gate_up, down;
+        int gate_up_chunk, down_chunk, window;
         int64_t rows_min;
     };
     const Config configs[] = {
-        {"static, atomics", MoeW4A16Schedule::static_shares, -1, 1, -1},
-        {"dynamic, chosen chunks", MoeW4A16Schedule::dynamic, -1, 1, -1},
-        {"dynamic, one-stage items, window 3", MoeW4A16Schedule::dynamic, 1, 3, -1},
-        {"static, rows + combine", MoeW4A16Schedule::static_shares, -1, 1, 0},
-        {"dynamic, rows + combine, window 8", MoeW4A16Schedule::dynamic, -1, 8, 0},
+        {"automatic (the defaults)", P::automatic, P::automatic, 0, -1, 1, 256},
+        {"static, atomics", P::static_shares, P::static_shares, 0, -1, 1, -1},
+        {"dynamic, chosen chunks", P::dynamic, P::dynamic, -1, -1, 1, -1},
+        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1},
+        {"static, rows + combine", P::static_shares, P::static_shares, 0, -1, 1, 0},
+        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0},
     };
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
@@ -249,8 +251,10 @@ void run_case(const Case& c) {
         opt.topk = c.topk;
         opt.max_tokens = c.tokens;
         opt.tiles = c.tiles;
-        opt.schedule = cfg.schedule;
-        opt.k_chunk = cfg.k_chunk;
+        opt.gate_up_schedule = cfg.gate_up;
+        opt.down_schedule = cfg.down;
+        opt.gate_up_k_chunk = cfg.gate_up_chunk;
+        opt.down_k_chunk = cfg.down_chunk;
         opt.order_window = cfg.window;
         opt.rows_combine_min = cfg.rows_min;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
