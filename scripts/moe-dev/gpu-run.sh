@@ -18,9 +18,9 @@ start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
 stamp() { echo "## $1 at +$(($(date +%s) - start)) s"; }
 
-ALL=${VARIANTS:-v3,v4,v5,v5s,v3r,v5r,v5wr}
-DECODE=${DECODE_VARIANTS:-v3,v4,v5,v5x,v5r}
-PREFILL=${PREFILL_VARIANTS:-v3,v3r,v5,v5r,v5wr}
+ALL=${VARIANTS:-auto,v3,v4,v5,v5s,v3r,v5r,v5wr}
+DECODE=${DECODE_VARIANTS:-auto,v3,v4,v5r}
+PREFILL=${PREFILL_VARIANTS:-auto,v3,v5r,v5wr}
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader \
   | tee "$out/gpu.txt"

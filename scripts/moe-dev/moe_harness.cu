@@ -8,7 +8,8 @@
 // Variants (kernel schedule and down combine; see variant_by_name): v3 static shares, v4 dynamic
 // claiming of whole-K items, v5 dynamic with K chunks, v5x the same claimed across m-blocks first,
 // v5w windows of 8 m-blocks (L2 reuse), v5s one-stage items (protocol stress), *r the down GEMM
-// writes rows and a separate kernel combines them (no fp32 atomics).
+// writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's automatic
+// choices per call.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage, 3 CUDA error, 4 a kernel did not finish
 // within its deadline (hang), 77 no device.
@@ -361,11 +362,13 @@ struct Variant {
     int chunk = 0;        // dynamic: 0 whole K, -1 choose_decode_schedule, -2 one pipeline stage per item
     int window = 1;       // dynamic claim order: m-blocks per window
     bool rows = false;    // down writes bf16 rows, moe_w4a16_combine sums them (no fp32 atomics)
+    bool automatic = false;  // the kiln layer's automatic choices per call (jit/moe_w4a16.cpp)
 };
 
 bool variant_by_name(const std::string& n, Variant& v) {
     v = Variant{n};
     if (n == "v3") return true;
+    if (n == "auto") return v.automatic = true;
     if (n == "v3r") return v.rows = true;
     v.sched = 1;
     if (n == "v4") return true;
@@ -435,10 +438,19 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     require_layout(dn.meta, W4Layout::decode_mma16, dn.meta.format, "decode down");
     Launch l;
     l.var = var;
+    int gu_sched = var.sched, dn_sched = var.sched;
+    if (var.automatic) {  // mirrors MoeW4A16's automatic picks (INT4 gate_up dynamic below 4096 slots, ...)
+        const long long slots = (long long)M * topk;
+        gu_sched = gu.meta.format == W4Format::int4_g32_bf16 && slots < 4096 ? 1 : 0;
+        dn_sched = 1;
+        l.var.rows = slots >= 256;
+        l.var.chunk = -1;
+        l.var.window = 1;
+    }
     const bool mask = gu.meta.k % 64 != 0;
     const int recs_gu = gu.meta.k_pad % 128 == 0 ? 2 : 1, recs_dn = dn.meta.k_pad % 128 == 0 ? 2 : 1;
-    l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, var.sched, 0, act, mask, recs_gu, tiles);
-    l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, var.sched, var.rows ? 2 : 1, act,
+    l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, gu_sched, 0, act, mask, recs_gu, tiles);
+    l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, dn_sched, l.var.rows ? 2 : 1, act,
                                     false, recs_dn, tiles);
     l.routing = harness::select_routing(8 * tiles);
     l.combine = harness::select_combine();
@@ -453,7 +465,10 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     const auto sg = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, gu.meta.n_pad, gu.meta.k_pad, recs_gu, groups);
     const auto sd = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, dn.meta.n_pad, dn.meta.k_pad, recs_dn, groups);
     l.split_max = sg.split_max_items;
-    if (var.chunk == -1) {
+    if (var.automatic) {
+        l.chunk_gu = 0;  // whole K (split gate_up measured slower, perf notes §8)
+        l.chunk_dn = l.var.rows ? 0 : sd.k_chunk;
+    } else if (var.chunk == -1) {
         l.chunk_gu = sg.k_chunk;
         l.chunk_dn = sd.k_chunk;
     } else if (var.chunk == -2) {
@@ -1214,7 +1229,7 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
                 td.push_back(d * 1e3);
             }
             for (auto& e : ev) cudaEventDestroy(e);
-            if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16 && !var.rows) {
+            if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16 && !var.rows && !var.automatic) {
                 // the gate_up pipeline alone (same bytes, no dequantisation / MMA)
                 Launch lp = l;
                 lp.gate_up = harness::select_decode_skip_math(var.sched);
