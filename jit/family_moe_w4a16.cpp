@@ -37,9 +37,17 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.family = ShortName(MoeW4A16Family::k_name);
     d.mode = ShortName("indexed");
     d.target = in.target;
-    const uint32_t kind_bits = in.config.flags & MoeW4A16Family::k_flag_kind_mask;
-    const auto which = static_cast<MoeW4A16Kernel>(kind_bits);
+    const uint32_t kind_bits = in.config.flags & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi);
+    if ((kind_bits & MoeW4A16Family::k_flag_kind_hi) && (kind_bits & MoeW4A16Family::k_flag_kind_mask))
+        throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", in.config.flags));
+    const auto which = MoeW4A16Family::kind(in);
     d.config.flags = kind_bits;
+    if (which == MoeW4A16Kernel::combine) {
+        if (in.weight_format != WeightFormat::none)
+            throw InvalidArgument("moe_w4a16: the combine kernel takes no weights (weight format must be none)");
+        d.act_dtype = runtime::DType::bf16;
+        return d;
+    }
     if (which == MoeW4A16Kernel::routing) {
         if (in.experts < 1 || in.experts > MoeW4A16Family::k_max_experts)
             throw InvalidArgument(fmt::format("moe_w4a16: routing needs experts in [1, {}], got {}",
@@ -65,6 +73,7 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.act_dtype = runtime::DType::bf16;
     if (which == MoeW4A16Kernel::dequant) return d;
     if (which == MoeW4A16Kernel::gate_up) d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_situ;
+    if (which == MoeW4A16Kernel::down) d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_rows;
     d.config.block_m = static_cast<uint16_t>(8 * tiles_of(in.config.block_m ? in.config.block_m : 8));
     d.config.block_n = MoeW4A16Family::k_superblock_rows;
     return d;
@@ -82,14 +91,15 @@ int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs) {
     return round_up(meta + 16, 128);
 }
 
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
-    const int per_group = k_smem_limit / 4 - 128;
-    return std::min(8, per_group / moe_w4a16_stage_bytes(f, tiles, recs));
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic) {
+    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(8 * stages, 128);
+    return static_cast<uint32_t>(4 * group + (dynamic ? 4 * 2 * 40 * 4 : 0));  // + the item slots
 }
 
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
-    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(8 * stages, 128);
-    return static_cast<uint32_t>(4 * group);
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic) {
+    int s = 8;
+    while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs, dynamic) > static_cast<uint32_t>(k_smem_limit)) --s;
+    return s;
 }
 
 KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const {
@@ -106,9 +116,19 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         throw InvalidArgument(fmt::format("moe_w4a16: target {} has no tuned configuration yet (sm_90a only)",
                                           to_string(in.target)));
     d.target = in.target;
-    const uint32_t kind_bits = in.config.flags & k_flag_kind_mask;
-    const auto which = static_cast<MoeW4A16Kernel>(kind_bits);
+    const uint32_t kind_bits = in.config.flags & (k_flag_kind_mask | k_flag_kind_hi);
+    const auto which = kind(in);
+    if ((kind_bits & k_flag_kind_hi) && (kind_bits & k_flag_kind_mask))
+        throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", in.config.flags));
     d.config.flags = kind_bits;
+
+    if (which == MoeW4A16Kernel::combine) {
+        if (in.weight_format != WeightFormat::none)
+            throw InvalidArgument("moe_w4a16: the combine kernel takes no weights (weight format must be none)");
+        d.act_dtype = runtime::DType::bf16;
+        d.config.warps = 4;
+        return d;
+    }
 
     if (which == MoeW4A16Kernel::routing) {
         if (in.experts < 1 || in.experts > k_max_experts)
@@ -145,8 +165,12 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         d.config.flags |= in.config.flags & k_flag_situ;
         if (in.k % 64 != 0) d.config.flags |= k_flag_mask_k;
     }
-    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs);
-    if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs) > static_cast<uint32_t>(k_smem_limit))
+    if (which == MoeW4A16Kernel::down) d.config.flags |= in.config.flags & k_flag_rows;
+    const bool dynamic = (in.config.flags & k_flag_dynamic) != 0;
+    if (dynamic) d.config.flags |= k_flag_dynamic;
+    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs, dynamic);
+    if (stages < 2 ||
+        moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs, dynamic) > static_cast<uint32_t>(k_smem_limit))
         throw InvalidArgument(fmt::format("moe_w4a16: {} stages of {} token tiles do not fit in shared memory", stages, tiles));
     d.config.block_m = static_cast<uint16_t>(8 * tiles);
     d.config.block_n = k_superblock_rows;
@@ -160,9 +184,11 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
 uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
     switch (kind(d)) {
         case MoeW4A16Kernel::routing: return static_cast<uint32_t>(2 * 4 * d.experts);
-        case MoeW4A16Kernel::dequant: return 0;
+        case MoeW4A16Kernel::dequant:
+        case MoeW4A16Kernel::combine: return 0;
         default:
-            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
+            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64,
+                                       (d.config.flags & k_flag_dynamic) != 0);
     }
 }
 
@@ -180,14 +206,21 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_dequant<{}, {}, 8>", format_param(d.weight_format), wide);
             s.source = fmt::format("// {}\n#include \"device/moe_w4a16_dequant.cuh\"\n", to_string(d));
             return s;
+        case MoeW4A16Kernel::combine:
+            s.file_name = "moe_w4a16_combine.cu";
+            s.name_expr = "&kiln_dev::moe::moe_w4a16_combine";
+            s.source = fmt::format("// {}\n#include \"device/moe_w4a16_combine.cuh\"\n", to_string(d));
+            return s;
         default: {
             const bool down = kind(d) == MoeW4A16Kernel::down;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
+            const int mode = down ? ((d.config.flags & k_flag_rows) ? 2 : 1) : 0;
+            const int sched = (d.config.flags & k_flag_dynamic) ? 1 : 0;
             s.file_name = down ? "moe_w4a16_down.cu" : "moe_w4a16_gate_up.cu";
-            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode<{}, {}, {}, {}, {}, {}, {}, {}>",
-                                      format_param(d.weight_format), wide, down ? 1 : 0, situ ? 1 : 0, mask,
-                                      d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                      format_param(d.weight_format), wide, mode, situ ? 1 : 0, mask,
+                                      d.config.block_m / 8, d.config.stages, d.config.block_k / 64, sched);
             s.source = fmt::format("// {}\n#include \"device/moe_w4a16_decode.cuh\"\n", to_string(d));
             return s;
         }
@@ -211,14 +244,20 @@ HostSource MoeW4A16Family::host_source(const KernelDescriptor& d) const {
                 "kiln_host::moe::dequant<{}, {}, {}>(ctx, *static_cast<const kiln_host::moe::DequantParams*>(args))",
                 host_format_param(d.weight_format), d.n, round_up(d.k, 64));
             break;
+        case MoeW4A16Kernel::combine:
+            s.file_name = "moe_w4a16_combine_host.cpp";
+            s.entry = "kiln_moe_w4a16_combine";
+            call = "kiln_host::moe::combine(ctx, *static_cast<const kiln_host::moe::CombineParams*>(args))";
+            break;
         default: {
             const bool down = kind(d) == MoeW4A16Kernel::down;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
+            const int mode = down ? ((d.config.flags & k_flag_rows) ? 2 : 1) : 0;
             s.file_name = down ? "moe_w4a16_down_host.cpp" : "moe_w4a16_gate_up_host.cpp";
             s.entry = down ? "kiln_moe_w4a16_down" : "kiln_moe_w4a16_gate_up";
             call = fmt::format(
                 "kiln_host::moe::gemm<{}, {}, {}, {}, {}, {}>(ctx, *static_cast<const kiln_host::moe::DecodeParams*>(args))",
-                host_format_param(d.weight_format), down ? 1 : 0, situ ? 1 : 0, d.config.block_m, d.n, round_up(d.k, 64));
+                host_format_param(d.weight_format), mode, situ ? 1 : 0, d.config.block_m, d.n, round_up(d.k, 64));
             break;
         }
     }
@@ -234,7 +273,7 @@ HostSource MoeW4A16Family::host_source(const KernelDescriptor& d) const {
 }
 
 KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                      int tiles, Target target) {
+                                      int tiles, Target target, MoeW4A16Schedule schedule, bool rows) {
     if (which != MoeW4A16Kernel::gate_up && which != MoeW4A16Kernel::down)
         throw InvalidArgument("moe_w4a16: gemm() builds gate_up or down descriptors");
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format,
@@ -254,6 +293,20 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
     d.config.flags = static_cast<uint32_t>(which);
     if (act == MoeActivation::situ_glu && which == MoeW4A16Kernel::gate_up) d.config.flags |= k_flag_situ;
     if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
+    if (schedule == MoeW4A16Schedule::dynamic) d.config.flags |= k_flag_dynamic;
+    if (rows) {
+        if (which != MoeW4A16Kernel::down) throw InvalidArgument("moe_w4a16: only the down kernel has a rows mode");
+        d.config.flags |= k_flag_rows;
+    }
+    return MoeW4A16Family().canonicalize(d);
+}
+
+KernelDescriptor MoeW4A16Family::combine(Target target) {
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    d.mode = ShortName("indexed");
+    d.target = target;
+    d.config.flags = k_flag_kind_hi;
     return MoeW4A16Family().canonicalize(d);
 }
 
@@ -315,6 +368,20 @@ void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams
     runtime::LaunchDims dims;
     dims.block = {1024, 1, 1};
     dims.smem = k.dynamic_smem;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, int sm_count, CUstream stream) {
+    expect_kind(k, MoeW4A16Kernel::combine, "launch_moe_w4a16_combine");
+    if (p.num_tokens < 0 || p.topk < 1 || p.n < 1)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_combine: {} tokens, topk {}, {} columns", p.num_tokens,
+                                          p.topk, p.n));
+    if (p.num_tokens == 0) return;
+    MoeW4A16CombineParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(std::min(p.num_tokens, 8 * std::max(1, sm_count))), 1, 1};
+    dims.block = {128, 1, 1};
     runtime::launch(k.kernel, dims, stream, args);
 }
 

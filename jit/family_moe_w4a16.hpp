@@ -1,19 +1,25 @@
 // Family `moe_w4a16`, mode `indexed`: the W4A16 routed-expert kernels (INT4 group-32 with bf16 scales,
 // MXFP4 group-32 with E8M0 scales) for decode-sized batches, generated from
-// templates/device/moe_w4a16_*.cuh. One descriptor names one of four kernels (config.flags bits 0-1):
+// templates/device/moe_w4a16_*.cuh. One descriptor names one of five kernels (config.flags bits 0-1
+// and bit 7):
 //
 //   gate_up  n = layout rows (2 x intermediate, padded), k = hidden; fused SiLU-GLU / SiTU-GLU epilogue
-//   down     n = layout rows (hidden, padded), k = intermediate; router-weighted, combined per token
+//   down     n = layout rows (hidden, padded), k = intermediate; router-weighted, combined per token with
+//            fp32 atomics (or, flag bit 6, written as one bf16 row per routed row for `combine`)
 //   routing  experts; top-k ids -> per-expert rows in m-blocks of block_m, their tokens and weights
 //   dequant  n, k; expands one expert matrix from the kernel layout to bf16 (fused path, for tests)
+//   combine  sums each token's router-weighted down rows (the rows mode of down), deterministic order
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
-// (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2) and
-// the wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128). M is never baked in.
-// The GEMMs run one persistent CTA of 512 threads per SM (grid = SM count); the routing kernel one CTA.
-// Host target (templates/host/moe_w4a16.hpp): the same four kernels and parameter blocks on the host
-// thread pool; they bake in the format, n, k, block_m, the activation and (routing) the expert count;
-// stages, block_k, warps, the K mask and the wide-scale path do not apply there and are zero.
+// (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
+// wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128), the schedule (flag bit 5:
+// dynamic item claiming instead of static per-SM shares) and the rows mode of down (flag bit 6).
+// M is never baked in. The GEMMs run one persistent CTA of 512 threads per SM (grid = SM count); the
+// routing kernel one CTA.
+// Host target (templates/host/moe_w4a16.hpp): the same five kernels and parameter blocks on the host
+// thread pool; they bake in the format, n, k, block_m, the activation, the rows mode of down and
+// (routing) the expert count; stages, block_k, warps, the schedule, the K mask and the wide-scale path
+// do not apply there and are zero.
 #pragma once
 
 #include <cstddef>
@@ -27,8 +33,10 @@
 
 namespace kiln::jit {
 
-enum class MoeW4A16Kernel : uint32_t { gate_up = 0, down = 1, routing = 2, dequant = 3 };
+enum class MoeW4A16Kernel : uint32_t { gate_up = 0, down = 1, routing = 2, dequant = 3, combine = 4 };
 enum class MoeActivation : uint8_t { silu_glu = 0, situ_glu = 1 };
+// Work distribution of the GEMMs (templates/device/moe_w4a16_decode.cuh, kSched).
+enum class MoeW4A16Schedule : uint8_t { static_shares = 0, dynamic = 1 };
 
 class MoeW4A16Family final : public Family {
 public:
@@ -37,6 +45,9 @@ public:
     static constexpr uint32_t k_flag_situ = 1u << 2;
     static constexpr uint32_t k_flag_wide_scale = 1u << 3;
     static constexpr uint32_t k_flag_mask_k = 1u << 4;  // derived: K is not a multiple of 64
+    static constexpr uint32_t k_flag_dynamic = 1u << 5;  // gate_up / down: dynamic schedule
+    static constexpr uint32_t k_flag_rows = 1u << 6;     // down: bf16 rows for the combine kernel
+    static constexpr uint32_t k_flag_kind_hi = 1u << 7;  // kind bit 2 (combine)
     static constexpr int k_threads = 512;
     static constexpr int k_superblock_rows = 128;
     static constexpr int k_max_experts = 4096;
@@ -47,8 +58,9 @@ public:
     }
     std::vector<std::string> modes() const override { return {"indexed"}; }
     std::string_view dims() const override {
-        return "kernel (fl bits 0-1: gate_up, down, routing, dequant), weight format, n, k, experts (routing); "
-               "config bm (8/16/32 rows per m-block), st (stages), bk (64/128), fl bit 2 SiTU, bit 3 wide scales";
+        return "kernel (fl bits 0-1 + bit 7: gate_up, down, routing, dequant, combine), weight format, n, k, experts "
+               "(routing); config bm (8/16/32 rows per m-block), st (stages), bk (64/128), fl bit 2 SiTU, bit 3 wide "
+               "scales, bit 5 dynamic schedule, bit 6 down rows";
     }
     KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
     DeviceSource device_source(const KernelDescriptor& d) const override;
@@ -57,20 +69,23 @@ public:
     HostSource host_source(const KernelDescriptor& d) const override;  // templates/host/moe_w4a16.hpp
 
     static MoeW4A16Kernel kind(const KernelDescriptor& d) {
-        return static_cast<MoeW4A16Kernel>(d.config.flags & k_flag_kind_mask);
+        return static_cast<MoeW4A16Kernel>((d.config.flags & k_flag_kind_mask) | ((d.config.flags & k_flag_kind_hi) ? 4u : 0u));
     }
 
-    // Canonical descriptors. `tiles` is 1, 2 or 4 token tiles of 8 rows per m-block.
+    // Canonical descriptors. `tiles` is 1, 2 or 4 token tiles of 8 rows per m-block. `rows` (down only):
+    // write one bf16 row per routed row for the combine kernel instead of combining with fp32 atomics.
     static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
-                                 Target target);
+                                 Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
+                                 bool rows = false);
+    static KernelDescriptor combine(Target target);
     static KernelDescriptor routing(int experts, int tiles, Target target);
     static KernelDescriptor dequant(const moe::PreparedMoeWeights& w, Target target);
 };
 
-// Shared memory a decode GEMM group needs, mirroring templates/device/moe_w4a16_decode.cuh.
+// Shared memory of the decode GEMMs, mirroring templates/device/moe_w4a16_decode.cuh.
 int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs);
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs);
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic = false);
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic = false);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
@@ -87,8 +102,16 @@ struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
     CUdeviceptr out;
     int32_t out_stride;
     CUdeviceptr counters;
+    // dynamic schedule
+    CUdeviceptr work;       // int32 [2], zero between calls
+    CUdeviceptr split_acc;  // fp32 gate_up K-split partials, zero between calls
+    CUdeviceptr split_cnt;  // int32 [split_cap x 4], zero between calls
+    int32_t split_cap, k_chunk, split_max_items, order_window;
 };
-static_assert(sizeof(MoeW4A16DecodeParams) == 144);
+static_assert(sizeof(MoeW4A16DecodeParams) == 184);
+static_assert(offsetof(MoeW4A16DecodeParams, work) == 144);
+static_assert(offsetof(MoeW4A16DecodeParams, split_cap) == 168);
+static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 180);
 static_assert(offsetof(MoeW4A16DecodeParams, num_mblocks) == 48);
 static_assert(offsetof(MoeW4A16DecodeParams, inter) == 88);
 static_assert(offsetof(MoeW4A16DecodeParams, acc) == 104);
@@ -98,9 +121,23 @@ static_assert(offsetof(MoeW4A16DecodeParams, counters) == 136);
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
     int32_t num_tokens, topk, num_experts, mblock_cap;
+    CUdeviceptr slot_pos;  // optional
 };
-static_assert(sizeof(MoeW4A16RoutingParams) == 72);
+static_assert(sizeof(MoeW4A16RoutingParams) == 80);
 static_assert(offsetof(MoeW4A16RoutingParams, mblock_cap) == 68);
+static_assert(offsetof(MoeW4A16RoutingParams, slot_pos) == 72);
+
+struct MoeW4A16CombineParams {  // kiln_dev::moe::CombineParams
+    CUdeviceptr rows;
+    int32_t rows_stride;
+    CUdeviceptr slot_pos;
+    int32_t num_tokens, topk, n;
+    CUdeviceptr out;
+    int32_t out_stride;
+};
+static_assert(sizeof(MoeW4A16CombineParams) == 56);
+static_assert(offsetof(MoeW4A16CombineParams, slot_pos) == 16);
+static_assert(offsetof(MoeW4A16CombineParams, out) == 40);
 
 struct MoeW4A16DequantParams {  // kiln_dev::moe::DequantParams
     CUdeviceptr weights, out;
@@ -112,5 +149,6 @@ static_assert(sizeof(MoeW4A16DequantParams) == 24);
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream);
 void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream);
+void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, int sm_count, CUstream stream);
 
 }  // namespace kiln::jit

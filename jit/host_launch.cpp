@@ -104,8 +104,11 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
         throw InvalidArgument("launch_moe_w4a16_gemm: null weights, activations or routing buffers");
     if (which == MoeW4A16Kernel::gate_up && p.inter == 0)
         throw InvalidArgument("launch_moe_w4a16_gemm: gate_up needs the intermediate buffer");
-    if (which == MoeW4A16Kernel::down && (p.acc == 0 || p.out == 0 || p.sorted_weight == 0 || p.n_real > p.n_pad))
-        throw InvalidArgument("launch_moe_w4a16_gemm: down needs acc, out and router weights, n_real <= n_pad");
+    const bool rows = (k.desc.config.flags & MoeW4A16Family::k_flag_rows) != 0;
+    if (which == MoeW4A16Kernel::down &&
+        ((!rows && p.acc == 0) || p.out == 0 || p.sorted_weight == 0 || p.n_real > p.n_pad))
+        throw InvalidArgument("launch_moe_w4a16_gemm: down needs out, router weights, acc (unless in rows mode) and "
+                              "n_real <= n_pad");
     stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
 }
 
@@ -116,6 +119,17 @@ void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams
                                           k.desc.experts));
     if (p.num_tokens < 0 || p.topk < 1 || p.mblock_cap < 0)
         throw InvalidArgument("launch_moe_w4a16_routing: negative token count or capacity, or topk < 1");
+    stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
+}
+
+void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, runtime::HostStream& stream) {
+    expect_host_moe(k, MoeW4A16Kernel::combine, "launch_moe_w4a16_combine");
+    if (p.num_tokens < 0 || p.topk < 1 || p.n < 1)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_combine: {} tokens, topk {}, {} columns", p.num_tokens,
+                                          p.topk, p.n));
+    if (p.num_tokens == 0) return;
+    if (p.rows == 0 || p.slot_pos == 0 || p.out == 0)
+        throw InvalidArgument("launch_moe_w4a16_combine: null rows, slot positions or output");
     stream.launch(k.host_entry, &p, sizeof p, to_string(k.desc), k.host_scratch_bytes);
 }
 

@@ -47,6 +47,7 @@ void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, runtim
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, runtime::HostStream& stream);
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, runtime::HostStream& stream);
 void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, runtime::HostStream& stream);
+void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, runtime::HostStream& stream);
 
 // The checks and argument blocks of the launches above, for running a kernel without a stream
 // (benchmarks).

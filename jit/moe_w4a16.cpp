@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/moe_w4a16_schedule.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 
@@ -13,6 +14,12 @@ namespace kiln::jit {
 using runtime::DType;
 using runtime::Location;
 using runtime::TensorView;
+
+namespace {
+// Automatic gate_up schedule: dynamic for INT4 weights below this many routed slots (M x top-k), static
+// otherwise and for MXFP4 (H200 measurements, docs/perf-notes.md §8).
+constexpr int64_t k_gate_up_dynamic_max_slots = 4096;
+}  // namespace
 
 DeviceMoeWeights DeviceMoeWeights::upload(const moe::PreparedMoeWeights& w) {
     DeviceMoeWeights d;
@@ -61,10 +68,36 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (tiles_ != 1 && tiles_ != 2 && tiles_ != 4)
         throw InvalidArgument(fmt::format("moe_w4a16: tiles={} must be 1, 2 or 4", tiles_));
 
+    if (opt.gate_up_k_chunk < -1 || opt.down_k_chunk < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: K chunks {} / {} (records; -1 = choose per call, 0 = whole K)",
+                                          opt.gate_up_k_chunk, opt.down_k_chunk));
+    if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
+    const int64_t max_slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
+    const bool rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
+    // Which kernels a call can use (see launch_routing for the per-call choice).
+    const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
+    const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
+    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic || (gu_pick == MoeW4A16SchedulePick::automatic && int4);
+    const bool gu_static_possible = gu_pick == MoeW4A16SchedulePick::static_shares ||
+                                    (gu_pick == MoeW4A16SchedulePick::automatic &&
+                                     (!int4 || max_slots >= k_gate_up_dynamic_max_slots));
+    const bool dn_dyn = dn_pick != MoeW4A16SchedulePick::static_shares;
+    const MoeW4A16Schedule dn_sched = dn_dyn ? MoeW4A16Schedule::dynamic : MoeW4A16Schedule::static_shares;
+
     const Target target = disp.device_target();
     k_routing_ = &disp.get(MoeW4A16Family::routing(experts_, tiles_, target));
-    k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target));
-    k_down_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target));
+    if (gu_static_possible)
+        k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target,
+                                                    MoeW4A16Schedule::static_shares));
+    if (gu_dyn_possible)
+        k_gate_up_dyn_ = &disp.get(
+            MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target, MoeW4A16Schedule::dynamic));
+    const LoadedKernel* dn_kernel = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched));
+    (dn_dyn ? k_down_dyn_ : k_down_) = dn_kernel;
+    if (rows_possible) {
+        k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
+        k_combine_ = &disp.get(MoeW4A16Family::combine(target));
+    }
     sm_count_ = runtime::device_props(0).sm_count;
 
     const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
@@ -81,6 +114,20 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     counters_ = runtime::DeviceBuffer(static_cast<size_t>(dn_.n_pad / 16) * 4);
     runtime::fill_u32(acc_.ptr(), 0, acc_.size() / 4);
     runtime::fill_u32(counters_.ptr(), 0, counters_.size() / 4);
+    if (k_gate_up_dyn_ || dn_dyn) {
+        work_ = runtime::DeviceBuffer(4 * 4);  // claim + finished counters of gate_up, then of down
+        runtime::fill_u32(work_.ptr(), 0, 4);
+        split_max_ = 8 * 4 * sm_count_;
+        split_cap_ = moe::split_scratch_items(split_max_, bm);
+        split_acc_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 128 * bm * 4);
+        split_cnt_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 4 * 4);
+        runtime::fill_u32(split_acc_.ptr(), 0, split_acc_.size() / 4);
+        runtime::fill_u32(split_cnt_.ptr(), 0, split_cnt_.size() / 4);
+    }
+    if (rows_possible) {
+        slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
+        rows_ = runtime::DeviceBuffer(rows * static_cast<size_t>(dn_.n_pad) * 2);
+    }
 }
 
 void MoeW4A16::check_views(const TensorView& x, const TensorView& ids, const TensorView& w, const TensorView& out) const {
@@ -108,6 +155,26 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         throw InvalidArgument(fmt::format("moe_w4a16: topk_ids {} does not fit [<= {}, {}]", topk_ids.describe(),
                                           opt_.max_tokens, opt_.topk));
     tokens_ = static_cast<int>(topk_ids.shape[0]);
+    const int64_t slots = static_cast<int64_t>(tokens_) * opt_.topk;
+    use_rows_ = k_combine_ != nullptr && slots >= opt_.rows_combine_min;
+    gu_dyn_ = k_gate_up_dyn_ != nullptr &&
+              (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
+               slots < k_gate_up_dynamic_max_slots);
+    dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
+    const int groups = 4 * sm_count_, bm = 8 * tiles_;
+    chunk_gu_ = chunk_dn_ = 0;
+    if (gu_dyn_)
+        chunk_gu_ = opt_.gate_up_k_chunk >= 0
+                        ? opt_.gate_up_k_chunk
+                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, gu_.n_pad, gu_.k_pad,
+                                                      gu_.k_pad % 128 == 0 ? 2 : 1, groups)
+                              .k_chunk;
+    if (dn_dyn_ && !use_rows_)  // the rows mode never splits K
+        chunk_dn_ = opt_.down_k_chunk >= 0
+                        ? opt_.down_k_chunk
+                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, dn_.n_pad, dn_.k_pad,
+                                                      dn_.k_pad % 128 == 0 ? 2 : 1, groups)
+                              .k_chunk;
     MoeW4A16RoutingParams p{};
     p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
     p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
@@ -120,6 +187,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     p.topk = opt_.topk;
     p.num_experts = experts_;
     p.mblock_cap = mblock_cap_;
+    p.slot_pos = use_rows_ ? slot_pos_.ptr() : 0;
     launch_moe_w4a16_routing(*k_routing_, p, stream);
 }
 
@@ -140,7 +208,14 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.num_tokens = tokens_;
     p.inter = inter_.ptr();
     p.inter_stride = inter_pad_;
-    launch_moe_w4a16_gemm(*k_gate_up_, p, sm_count_, stream);
+    p.work = work_.ptr();
+    p.split_acc = split_acc_.ptr();
+    p.split_cnt = split_cnt_.ptr();
+    p.split_cap = split_cap_;
+    p.k_chunk = chunk_gu_;
+    p.split_max_items = split_max_;
+    p.order_window = opt_.order_window;
+    launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
@@ -160,10 +235,29 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.num_tokens = tokens_;
     p.acc = acc_.ptr();
     p.acc_stride = dn_.n_pad;
-    p.out = reinterpret_cast<CUdeviceptr>(out.data);
-    p.out_stride = hidden_;
+    p.out = use_rows_ ? rows_.ptr() : reinterpret_cast<CUdeviceptr>(out.data);
+    p.out_stride = use_rows_ ? dn_.n_pad : hidden_;
     p.counters = counters_.ptr();
-    launch_moe_w4a16_gemm(*k_down_, p, sm_count_, stream);
+    p.work = work_.ptr() ? work_.ptr() + 8 : 0;
+    p.split_acc = split_acc_.ptr();
+    p.split_cnt = split_cnt_.ptr();
+    p.split_cap = split_cap_;
+    p.k_chunk = chunk_dn_;
+    p.split_max_items = split_max_;
+    p.order_window = opt_.order_window;
+    launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);
+    if (use_rows_) {
+        MoeW4A16CombineParams c{};
+        c.rows = rows_.ptr();
+        c.rows_stride = dn_.n_pad;
+        c.slot_pos = slot_pos_.ptr();
+        c.num_tokens = tokens_;
+        c.topk = opt_.topk;
+        c.n = hidden_;
+        c.out = reinterpret_cast<CUdeviceptr>(out.data);
+        c.out_stride = hidden_;
+        launch_moe_w4a16_combine(*k_combine_, c, sm_count_, stream);
+    }
 }
 
 void MoeW4A16::forward(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, const TensorView& topk_ids,

@@ -8,8 +8,16 @@
 // The weights are prepared in the decode layout (jit/moe_w4a16_weights.hpp) and live on the device
 // (DeviceMoeWeights, or any pointer to bytes of that layout: benchmarks rotate copies). The layer owns
 // its workspace (sorted rows, the bf16 intermediate, an fp32 accumulator that every call leaves at
-// zero, per-slice counters). Token ids outside [0, experts) are skipped (experts of other EP ranks);
-// a token with no local expert gets a zero output row.
+// zero, per-slice counters, the dynamic schedule's claim counters and split-K scratch, which calls also
+// leave at zero). Token ids outside [0, experts) are skipped (experts of other EP ranks); a token with
+// no local expert gets a zero output row.
+//
+// Per call (M is known on the host, nothing is read back) the layer picks, for each GEMM, the static or
+// the dynamic schedule and, for down, the combine path: fp32 atomics, or from `rows_combine_min`
+// routed slots on one bf16 row per routed row and a fourth launch that sums each token's rows
+// (deterministic, no atomics). The automatic choices are the measured best per problem class on H200
+// (docs/perf-notes.md §8): gate_up dynamic for INT4 weights below 4096 routed slots, static otherwise;
+// down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +41,20 @@ struct DeviceMoeWeights {
     CUdeviceptr ptr() const { return buffer.ptr(); }
 };
 
+enum class MoeW4A16SchedulePick : uint8_t { automatic = 0, static_shares = 1, dynamic = 2 };
+
 struct MoeW4A16Options {
     MoeActivation act = MoeActivation::silu_glu;
     int topk = 8;
     int max_tokens = 1;  // workspace capacity: tokens per forward
     int tiles = 0;       // token tiles of 8 per m-block (1, 2, 4); 0 = choose_tiles(max_tokens, ...)
+    MoeW4A16SchedulePick gate_up_schedule = MoeW4A16SchedulePick::automatic;
+    MoeW4A16SchedulePick down_schedule = MoeW4A16SchedulePick::automatic;
+    // dynamic schedule: 64-wide records per work item along K; -1 chosen per call, 0 whole K
+    int gate_up_k_chunk = 0;
+    int down_k_chunk = -1;
+    int order_window = 1;            // dynamic schedule: claim order, m-blocks per window (1: each matrix in order)
+    int64_t rows_combine_min = 256;  // routed slots (M x topk) from which down writes rows + combine; -1 never
 };
 
 class MoeW4A16 {
@@ -53,18 +70,24 @@ public:
                  const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights,
                  const runtime::TensorView& out, CUstream stream);
 
-    // The three launches separately (benchmarks time them one by one); forward() is these in order.
+    // The launches separately (benchmarks time them one by one); forward() is these in order. The
+    // routing launch fixes M for the call in flight (and with it the down path and the K chunks);
+    // launch_down includes the combine launch when the call uses the rows path.
     void launch_routing(const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights, CUstream stream);
     void launch_gate_up(CUdeviceptr gate_up, const runtime::TensorView& x, CUstream stream);
     void launch_down(CUdeviceptr down, const runtime::TensorView& out, CUstream stream);
+    // Of the call in flight:
+    bool uses_rows_path() const { return use_rows_; }
+    bool gate_up_dynamic() const { return gu_dyn_; }
+    bool down_dynamic() const { return dn_dyn_; }
 
     // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
     // 2 up to 11, else 4. Experts with more rows than a block holds take several blocks.
     static int choose_tiles(int64_t tokens, int topk, int experts);
 
     int tiles() const { return tiles_; }
-    const LoadedKernel& gate_up_kernel() const { return *k_gate_up_; }
-    const LoadedKernel& down_kernel() const { return *k_down_; }
+    const LoadedKernel& gate_up_kernel() const { return gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_; }
+    const LoadedKernel& down_kernel() const { return use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_; }
     const LoadedKernel& routing_kernel() const { return *k_routing_; }
 
 private:
@@ -77,11 +100,19 @@ private:
     int sm_count_ = 0;
     int hidden_ = 0, inter_pad_ = 0, experts_ = 0;
     int mblock_cap_ = 0;
-    int tokens_ = 0;  // M of the call in flight (set by launch_routing)
+    int tokens_ = 0;       // M of the call in flight (set by launch_routing)
+    bool use_rows_ = false;  // the call in flight combines with the rows path
+    bool gu_dyn_ = false, dn_dyn_ = false;  // ... and runs these GEMMs with the dynamic schedule
+    int chunk_gu_ = 0, chunk_dn_ = 0, split_max_ = 0, split_cap_ = 0;
     const LoadedKernel* k_routing_ = nullptr;
-    const LoadedKernel* k_gate_up_ = nullptr;
+    const LoadedKernel* k_gate_up_ = nullptr;      // static schedule (null when never used)
+    const LoadedKernel* k_gate_up_dyn_ = nullptr;  // dynamic schedule (null when never used)
     const LoadedKernel* k_down_ = nullptr;
+    const LoadedKernel* k_down_dyn_ = nullptr;
+    const LoadedKernel* k_down_rows_ = nullptr;    // rows mode, with the down schedule's rows pick
+    const LoadedKernel* k_combine_ = nullptr;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
+    runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_;
 };
 
 }  // namespace kiln::jit

@@ -1,6 +1,7 @@
 #include "jit/moe_w4a16_bench.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -208,6 +209,7 @@ struct BenchOptions {
     int iters = 60;
     std::string json_path;
     std::string routing_dir;
+    MoeW4A16Options layer;  // schedule, K chunk, claim order, combine path (the rest is per scenario)
 };
 
 void run_bench(const BenchOptions& o) {
@@ -253,7 +255,7 @@ void run_bench(const BenchOptions& o) {
         runtime::DeviceBuffer wdn = random_layout_weights(dn, copies, seed * 3 + 2);
         const uint64_t gu_set = gu.expert_stride * gu.experts, dn_set = dn.expert_stride * dn.experts;
 
-        MoeW4A16Options opt;
+        MoeW4A16Options opt = o.layer;
         opt.act = sc.act;
         opt.topk = sc.topk;
         opt.max_tokens = std::max(1, r.tokens);
@@ -304,11 +306,13 @@ void run_bench(const BenchOptions& o) {
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
         const double flops = 2.0 * rows * (3.0 * sc.inter * sc.hidden);
-        fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} tiles={} | {:8.1f} us (route {:5.1f}, gate_up "
-                   "{:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | {:6.1f} TFLOP/s\n",
-                   sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, layer.tiles(), us,
-                   median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us, floor_us,
-                   flops / us / 1e6);
+        fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} tiles={} {}{} | {:8.1f} us (route {:5.1f}, "
+                   "gate_up {:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | "
+                   "{:6.1f} TFLOP/s\n",
+                   sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, layer.tiles(),
+                   std::string(layer.gate_up_dynamic() ? "dyn" : "static") + "/" + (layer.down_dynamic() ? "dyn" : "static"),
+                   layer.uses_rows_path() ? "+rows" : "", us, median(tr), median(tg), median(td), bytes / 1e6,
+                   bytes / us / 1e6, 100.0 * floor_us / us, floor_us, flops / us / 1e6);
         std::fflush(stdout);
         results.push_back({{"name", sc.name}, {"format", std::string(moe::to_string(sc.fmt))}, {"M", r.tokens},
                            {"topk", sc.topk}, {"E", sc.experts}, {"H", sc.hidden}, {"I", sc.inter}, {"rows", rows},
@@ -351,7 +355,42 @@ void add_moe_bench(CLI::App& bench) {
                     "write each scenario's routing (NAME.ids, NAME.weights, NAME.json) here for "
                     "scripts/bench-humming.py")
         ->envname("KILN_BENCH_MOE_ROUTING_DIR");
-    cmd->callback([opts]() { run_bench(*opts); });
+    auto schedules = std::make_shared<std::array<std::string, 2>>(std::array<std::string, 2>{"auto", "auto"});
+    cmd->add_option("--gate-up-schedule", (*schedules)[0],
+                    "gate_up work distribution: auto (measured best per problem), static (equal shares per SM) or "
+                    "dynamic (items claimed at run time)")
+        ->envname("KILN_BENCH_MOE_GATE_UP_SCHEDULE")
+        ->check(CLI::IsMember({"auto", "static", "dynamic"}));
+    cmd->add_option("--down-schedule", (*schedules)[1], "down work distribution: auto, static or dynamic")
+        ->envname("KILN_BENCH_MOE_DOWN_SCHEDULE")
+        ->check(CLI::IsMember({"auto", "static", "dynamic"}));
+    cmd->add_option("--gate-up-k-chunk", opts->layer.gate_up_k_chunk,
+                    "dynamic gate_up: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
+        ->envname("KILN_BENCH_MOE_GATE_UP_K_CHUNK")
+        ->check(CLI::Range(-1, 1 << 20));
+    cmd->add_option("--down-k-chunk", opts->layer.down_k_chunk,
+                    "dynamic down with atomics: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
+        ->envname("KILN_BENCH_MOE_DOWN_K_CHUNK")
+        ->check(CLI::Range(-1, 1 << 20));
+    cmd->add_option("--order-window", opts->layer.order_window,
+                    "dynamic schedule: claim order, m-blocks per window (1: each expert matrix in order)")
+        ->envname("KILN_BENCH_MOE_ORDER_WINDOW")
+        ->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--rows-combine-min", opts->layer.rows_combine_min,
+                    "routed slots (tokens x top-k) from which down writes rows and a combine kernel sums them "
+                    "(-1 never: fp32 atomics)")
+        ->envname("KILN_BENCH_MOE_ROWS_COMBINE_MIN")
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+    cmd->callback([opts, schedules]() {
+        const auto pick = [](const std::string& s) {
+            return s == "dynamic" ? MoeW4A16SchedulePick::dynamic
+                   : s == "static" ? MoeW4A16SchedulePick::static_shares
+                                   : MoeW4A16SchedulePick::automatic;
+        };
+        opts->layer.gate_up_schedule = pick((*schedules)[0]);
+        opts->layer.down_schedule = pick((*schedules)[1]);
+        run_bench(*opts);
+    });
 }
 
 }  // namespace kiln::jit

@@ -1,74 +1,115 @@
 #!/usr/bin/env bash
-# One GPU run for the moe_w4a16 kernels: SASS summary, correctness, benchmarks, Humming baseline.
-#   gpu-run.sh HARNESS_DIR WHEEL_DIR [steps]    steps: any of sass,test,real,bench,humming (default all)
-# Logs go to $OUT (or a new temporary directory); the last lines printed are the comparison table.
+# One GPU run for the moe_w4a16 kernels within a time budget: correctness of every variant first (a
+# variant whose kernel hangs is dropped and the others are re-run), benchmarks of the variants that
+# passed, then the Humming baseline on the same routing with whatever time is left; the comparison
+# table is printed last.
+#   gpu-run.sh HARNESS_DIR WHEEL_DIR        (BUDGET seconds, default 250)
+# $OUT receives at most six files: tests.log, bench.log, kiln.json, humming.log, humming.json, gpu.txt.
+# HARNESS_DIR holds moe_harness (scripts/moe-dev/build.sh), bench-humming.py and summary.py.
 set -u
 dir=$(cd "$1" && pwd)
 whl=$(cd "$2" && pwd)
-steps=${3:-sass,test,real,bench,humming,ncu}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-humming_script="$here/bench-humming.py"
-[[ -f "$humming_script" ]] || humming_script="$here/../bench-humming.py"
+budget=${BUDGET:-250}
 out=${OUT:-$(mktemp -d)}
 scratch=$(mktemp -d)
 mkdir -p "$out" "$scratch/routing"
-has() { [[ ",$steps," == *",$1,"* ]]; }
+H="$dir/moe_harness"
 start=$(date +%s)
-stamp() { echo "## $1 at +$(( $(date +%s) - start )) s"; }
+left() { echo $((budget - ($(date +%s) - start))); }
+stamp() { echo "## $1 at +$(($(date +%s) - start)) s"; }
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$out/gpu.txt"
+ALL=${VARIANTS:-auto,v3,v4,v5,v5s,v3r,v5r,v5wr}
+DECODE=${DECODE_VARIANTS:-auto,v3,v4,v5r}
+PREFILL=${PREFILL_VARIANTS:-auto,v3,v5r,v5wr}
 
-if has sass; then
-  stamp sass
-  cuobjdump --dump-sass "$dir/moe_harness" > "$scratch/sass.txt" 2>&1
-  awk '/Function :/ {fn=$3} /HMMA/ {h[fn]++} /HGMMA/ {g[fn]++} /LDL|STL/ {l[fn]++} /LDGSTS/ {c[fn]++}
-       END {for (f in h) printf "%s HMMA=%d HGMMA=%d LDL/STL=%d LDGSTS=%d\n", f, h[f], g[f]+0, l[f]+0, c[f]+0}' \
-      "$scratch/sass.txt" | sort > "$out/sass-summary.txt"
-  echo "kernels with HMMA: $(wc -l < "$out/sass-summary.txt"), with local memory: $(awk '$4 != "LDL/STL=0"' "$out/sass-summary.txt" | wc -l)"
-fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader \
+  | tee "$out/gpu.txt"
+logs="$scratch/logs"
+mkdir -p "$logs"
 
-rc_test=0
-if has test; then
-  stamp test
-  for t in dequant routing moe; do
-    timeout 120 "$dir/moe_harness" test $t 2>&1 | tee -a "$out/test.log" | grep -E "FAIL|failure|error|CUDA" 
-    rc=${PIPESTATUS[0]}
-    echo "test $t: exit $rc"
-    if [[ $rc != 0 ]]; then rc_test=1; fi
+stamp "dequant + routing"
+for t in dequant routing; do
+  timeout -k 3 40 "$H" test $t > "$logs/test-$t.log" 2>&1
+  echo "test $t: exit $? ($(grep -c '^PASS' "$logs/test-$t.log") pass, $(grep -c '^FAIL' "$logs/test-$t.log") fail)"
+  grep -E '^FAIL|CUDA error' "$logs/test-$t.log" | head -5
+  cat "$logs/test-$t.log" >> "$out/tests.log"
+done
+
+# run_variants SUITE LIST SECONDS: all variants in one process (one reference per case); a hang (exit
+# 4) names the variant, which is marked failed, and the rest run again.
+declare -A verdict
+run_variants() {
+  local suite=$1 list=$2 secs=$3 try=0 rc log
+  while [[ -n "$list" && $try -lt 3 ]]; do
+    log="$logs/test-$suite-$try.log"
+    timeout -k 3 "$secs" "$H" test "$suite" --variants "$list" > "$log" 2>&1
+    rc=$?
+    { echo "### test $suite --variants $list: exit $rc"; cat "$log"; } >> "$out/tests.log"
+    echo "test $suite [$list]: exit $rc ($(grep -c '^PASS' "$log") pass, $(grep -c '^FAIL' "$log") fail)"
+    grep -E '^FAIL|^HANG|CUDA error' "$log" | head -8
+    if [[ $rc == 4 ]]; then
+      local hung
+      hung=$(grep -m1 '^HANG' "$log" | awk '{print $2}')
+      verdict[$hung]=HANG
+      list=$(echo ",$list," | sed "s/,$hung,/,/; s/^,//; s/,$//")
+      try=$((try + 1))
+      continue
+    fi
+    local v
+    for v in ${list//,/ }; do
+      if grep -q "^VARIANT $v PASS" "$log"; then
+        [[ -z "${verdict[$v]:-}" ]] && verdict[$v]=PASS
+      else
+        verdict[$v]=FAIL
+      fi
+    done
+    break
   done
-  if [[ $rc_test != 0 ]] && command -v compute-sanitizer >/dev/null; then
-    stamp sanitizer
-    timeout 90 compute-sanitizer --tool memcheck --show-backtrace no "$dir/moe_harness" test moe > "$out/sanitizer.log" 2>&1
-    grep -m20 -E "Invalid|ERROR SUMMARY|out of bounds|misaligned" "$out/sanitizer.log"
-  fi
+  local v
+  for v in ${list//,/ }; do [[ -z "${verdict[$v]:-}" ]] && verdict[$v]=FAIL; done
+}
+
+stamp "correctness: small cases"
+run_variants moe "$ALL" 70
+passed=$(for v in ${ALL//,/ }; do [[ ${verdict[$v]:-} == PASS ]] && printf '%s,' "$v"; done | sed 's/,$//')
+stamp "correctness: real shapes"
+[[ -n "$passed" ]] && run_variants moe-real "$passed" 90
+passed=$(for v in ${ALL//,/ }; do [[ ${verdict[$v]:-} == PASS ]] && printf '%s,' "$v"; done | sed 's/,$//')
+for v in ${ALL//,/ }; do echo "variant $v: ${verdict[$v]:-not run}"; done
+
+pick() {  # variants of $1 that passed (v5x rides on v5: same kernels, another claim order)
+  local v r=""
+  for v in ${1//,/ }; do
+    local base=$v
+    [[ $v == v5x || $v == v5w ]] && base=v5
+    [[ ,$passed, == *",$base,"* ]] && r="$r,$v"
+  done
+  echo "${r#,}"
+}
+dec=$(pick "$DECODE")
+pre=$(pick "$PREFILL")
+if [[ -n "$dec$pre" ]]; then
+  stamp "bench (decode: ${dec:-none}; prefill: ${pre:-none})"
+  timeout -k 3 $(( $(left) > 110 ? 100 : $(left) - 10 )) "$H" bench --routing-dir "$scratch/routing" \
+      --json "$out/kiln.json" --probe 1 --variants "${dec:-none}" --prefill-variants "${pre:-none}" > "$out/bench.log" 2>&1
+  echo "bench exit $?"
+  grep -E '^probe|^HANG' "$out/bench.log"
 fi
-if has real; then
-  stamp real
-  timeout 150 "$dir/moe_harness" test moe-real 2>&1 | tee -a "$out/test.log" | grep -E "PASS|FAIL|failure|CUDA"
-fi
-if has bench; then
-  stamp bench
-  timeout 150 "$dir/moe_harness" bench --routing-dir "$scratch/routing" --json "$out/kiln.json" --probe 1 2>&1 | tee "$out/bench.log"
-fi
-if has humming; then
-  stamp humming
+
+hl=$(( $(left) - 12 ))
+if [[ -f "$out/kiln.json" && $hl -gt 40 ]]; then
+  stamp "humming (limit $hl s)"
   export HUMMING_CACHE_DIR="$scratch/humming-cache" HUMMING_TMP_DIR="$scratch/humming-tmp" PYTHONUNBUFFERED=1
   mkdir -p "$HUMMING_CACHE_DIR" "$HUMMING_TMP_DIR"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$scratch/site" "$whl"/*.whl > /dev/null 2>&1
   export PYTHONPATH="$scratch/site"
-  timeout 240 python3 "$humming_script" --routing-dir "$scratch/routing" --kiln-json "$out/kiln.json" \
-      --json "$out/humming.json" > "$out/humming.log" 2>&1
+  timeout -k 5 "$hl" python3 "$dir/bench-humming.py" --routing-dir "$scratch/routing" --kiln-json "$out/kiln.json" \
+      --json "$out/humming.json" --iters 30 > "$out/humming.log" 2>&1
   echo "humming exit $?"
-  grep -v "^#" "$out/humming.log" | tail -25
-  grep "^# humming:" "$out/humming.log"
+  grep "^# humming" "$out/humming.log" | cut -c1-150
+else
+  echo "humming: not run ($(left) s left)"
 fi
-if has ncu && command -v ncu >/dev/null; then
-  stamp ncu
-  timeout 120 ncu --clock-control none -k regex:moe_w4a16_decode --launch-skip 4 --launch-count 2 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-      --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \
-      "$dir/moe_harness" bench --only k2_ep8_decode_20 --iters 2 > "$out/ncu.txt" 2>&1
-  echo "ncu exit $?"
-  grep -E "moe_w4a16_decode|DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Executed Ipc A|No Eligible|Stall" "$out/ncu.txt" | head -30
-fi
-stamp done
+stamp "done"
+echo "passed variants: ${passed:-none}"
+python3 "$dir/summary.py" "$out/kiln.json" "$out/humming.json" "$passed"

@@ -1,5 +1,7 @@
 // Kernel instantiations for the moe_w4a16 development harness (nvcc build of the same templates the
-// JIT compiles). Every configuration the harness can run is listed here.
+// JIT compiles). Every configuration the harness can run is listed here; the decode GEMMs are
+// instantiated per weight format in kernels_*.cu (compiled in parallel) and reached through
+// select_decode.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +10,14 @@
 #include "moe_w4a16_dequant.cuh"
 #include "moe_w4a16_routing.cuh"
 
+#ifndef HARNESS_KERNEL_DEFS
+#include "moe_w4a16_combine.cuh"  // not a template: one translation unit only
+#else
+namespace kiln_dev::moe {
+struct CombineParams;
+}
+#endif
+
 namespace harness {
 
 using namespace kiln_dev::moe;
@@ -15,6 +25,7 @@ using namespace kiln_dev::moe;
 using DecodeFn = void (*)(const DecodeParams);
 using RoutingFn = void (*)(const RoutingParams);
 using DequantFn = void (*)(const DequantParams);
+using CombineFn = void (*)(const CombineParams);  // moe_w4a16_combine.cuh
 
 struct DecodeKernel {
     DecodeFn fn = nullptr;
@@ -22,56 +33,63 @@ struct DecodeKernel {
     int stages = 0;
 };
 
-// Deepest pipeline that fits 227 KB for four groups (at most 8 stages).
-template <int F, int T, int R>
+template <int F, int T, int R, int Sched>
 constexpr int stages_for() {
-    constexpr int stage = DecodeSmem<F, T, R>::kStage;
-    constexpr int per_group = 232448 / 4 - 128;
-    return per_group / stage > 8 ? 8 : per_group / stage;
+    return decode_default_stages<F, T, R, Sched>();
 }
 
-template <int F, bool W, int Mode, int Act, bool Mask, int T, int R>
+#ifdef HARNESS_KERNEL_DEFS
+template <int F, bool W, int Mode, int Act, bool Mask, int T, int R, int Sched>
 DecodeKernel make_decode() {
-    constexpr int S = stages_for<F, T, R>();
-    return {&moe_w4a16_decode<F, W, Mode, Act, Mask, T, S, R>, decode_smem_bytes<F, T, S, R>(), S};
+    constexpr int S = stages_for<F, T, R, Sched>();
+    return {&moe_w4a16_decode<F, W, Mode, Act, Mask, T, S, R, Sched>, decode_smem_bytes<F, T, S, R, Sched>(), S};
 }
 
-template <int F, bool W, int Mode, int Act, bool Mask, int R>
+template <int F, bool W, int Mode, int Act, bool Mask, int R, int Sched>
 DecodeKernel sel_tiles(int tiles) {
     switch (tiles) {
-        case 1: return make_decode<F, W, Mode, Act, Mask, 1, R>();
-        case 2: return make_decode<F, W, Mode, Act, Mask, 2, R>();
-        case 4: return make_decode<F, W, Mode, Act, Mask, 4, R>();
+        case 1: return make_decode<F, W, Mode, Act, Mask, 1, R, Sched>();
+        case 2: return make_decode<F, W, Mode, Act, Mask, 2, R, Sched>();
+        case 4: return make_decode<F, W, Mode, Act, Mask, 4, R, Sched>();
         default: return {};
     }
 }
 
-template <int F, bool W, int Mode, int Act, bool Mask>
+template <int F, bool W, int Mode, int Act, bool Mask, int Sched>
 DecodeKernel sel_recs(int recs, int tiles) {
-    return recs == 2 ? sel_tiles<F, W, Mode, Act, Mask, 2>(tiles) : sel_tiles<F, W, Mode, Act, Mask, 1>(tiles);
+    return recs == 2 ? sel_tiles<F, W, Mode, Act, Mask, 2, Sched>(tiles) : sel_tiles<F, W, Mode, Act, Mask, 1, Sched>(tiles);
+}
+
+template <int F, bool W, int Sched>
+DecodeKernel sel_mode(int mode, int act, bool mask, int recs, int tiles) {
+    if (mode == 1) return sel_recs<F, W, 1, 0, false, Sched>(recs, tiles);
+    if (mode == 2) return sel_recs<F, W, 2, 0, false, Sched>(recs, tiles);
+    if (act == kActSiluGlu)
+        return mask ? sel_recs<F, W, 0, kActSiluGlu, true, Sched>(recs, tiles)
+                    : sel_recs<F, W, 0, kActSiluGlu, false, Sched>(recs, tiles);
+    return mask ? sel_recs<F, W, 0, kActSituGlu, true, Sched>(recs, tiles)
+                : sel_recs<F, W, 0, kActSituGlu, false, Sched>(recs, tiles);
 }
 
 template <int F, bool W>
-DecodeKernel sel_fw(int mode, int act, bool mask, int recs, int tiles) {
-    if (mode == 1) return sel_recs<F, W, 1, 0, false>(recs, tiles);
-    if (act == kActSiluGlu)
-        return mask ? sel_recs<F, W, 0, kActSiluGlu, true>(recs, tiles) : sel_recs<F, W, 0, kActSiluGlu, false>(recs, tiles);
-    return mask ? sel_recs<F, W, 0, kActSituGlu, true>(recs, tiles) : sel_recs<F, W, 0, kActSituGlu, false>(recs, tiles);
+DecodeKernel sel_fw(int sched, int mode, int act, bool mask, int recs, int tiles) {
+    return sched == 1 ? sel_mode<F, W, 1>(mode, act, mask, recs, tiles) : sel_mode<F, W, 0>(mode, act, mask, recs, tiles);
+}
+#endif
+
+// mode: 0 gate_up, 1 down combined (atomics), 2 down rows; sched: 0 static, 1 dynamic.
+DecodeKernel select_decode_int4(int sched, int mode, int act, bool mask, int recs, int tiles);
+DecodeKernel select_decode_mxfp4(int sched, int mode, int act, bool mask, int recs, int tiles);
+DecodeKernel select_decode_mxfp4_wide(int sched, int mode, int act, bool mask, int recs, int tiles);
+
+inline DecodeKernel select_decode(int format, bool wide, int sched, int mode, int act, bool mask, int recs, int tiles) {
+    if (format == kFormatInt4) return select_decode_int4(sched, mode, act, mask, recs, tiles);
+    if (wide) return select_decode_mxfp4_wide(sched, mode, act, mask, recs, tiles);
+    return select_decode_mxfp4(sched, mode, act, mask, recs, tiles);
 }
 
-inline DecodeKernel select_decode(int format, bool wide, int mode, int act, bool mask, int recs, int tiles) {
-    if (format == kFormatInt4) return sel_fw<kFormatInt4, false>(mode, act, mask, recs, tiles);
-    if (wide) return sel_fw<kFormatMxfp4, true>(mode, act, mask, recs, tiles);
-    return sel_fw<kFormatMxfp4, false>(mode, act, mask, recs, tiles);
-}
-
-// Measurement variants: the INT4 gate_up pipeline without the math.
-inline DecodeKernel select_decode_skip_math(int tiles) {
-    constexpr int S = stages_for<kFormatInt4, 1, 2>();
-    if (tiles != 1) return {};
-    return {&moe_w4a16_decode<kFormatInt4, false, 0, kActSiluGlu, false, 1, S, 2, true>,
-            decode_smem_bytes<kFormatInt4, 1, S, 2>(), S};
-}
+// Measurement variants: the INT4 gate_up pipeline (one token tile) without the math.
+DecodeKernel select_decode_skip_math(int sched);
 
 inline RoutingFn select_routing(int block_m) {
     switch (block_m) {
@@ -86,5 +104,9 @@ inline DequantFn select_dequant(int format, bool wide) {  // decode_mma16 layout
     if (format == kFormatInt4) return &moe_w4a16_dequant<kFormatInt4, false, kDecodeBlocks>;
     return wide ? &moe_w4a16_dequant<kFormatMxfp4, true, kDecodeBlocks> : &moe_w4a16_dequant<kFormatMxfp4, false, kDecodeBlocks>;
 }
+
+#ifndef HARNESS_KERNEL_DEFS
+inline CombineFn select_combine() { return &moe_w4a16_combine; }  // defined in moe_harness.cu only
+#endif
 
 }  // namespace harness

@@ -1,11 +1,18 @@
 // Development harness for the moe_w4a16 kernels: builds with nvcc from the same device templates the
 // JIT compiles, checks them against an fp32 CPU reference and times the benchmark scenarios.
 //
-//   moe_harness test dequant|routing|moe|moe-real|all
-//   moe_harness bench [--routing-dir DIR] [--json FILE] [--only NAME] [--iters N]
-//   moe_harness sass-hint     (prints the kernel symbol names, for cuobjdump)
+//   moe_harness test dequant|routing|moe|moe-real|all [--variants v3,v5,...]
+//   moe_harness bench [--routing-dir DIR] [--json FILE] [--only NAME] [--iters N] [--variants LIST]
+//                     [--prefill-variants LIST] [--probe 0|1]
 //
-// Exit status: 0 all checks passed, 1 a check failed, 2 usage, 3 CUDA error, 77 no device.
+// Variants (kernel schedule and down combine; see variant_by_name): v3 static shares, v4 dynamic
+// claiming of whole-K items, v5 dynamic with K chunks, v5x the same claimed across m-blocks first,
+// v5w windows of 8 m-blocks (L2 reuse), v5s one-stage items (protocol stress), *r the down GEMM
+// writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's automatic
+// choices per call.
+//
+// Exit status: 0 all checks passed, 1 a check failed, 2 usage, 3 CUDA error, 4 a kernel did not finish
+// within its deadline (hang), 77 no device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "harness_kernels.cuh"
+#include "jit/moe_w4a16_schedule.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 
 using namespace kiln::jit::moe;
@@ -269,12 +277,14 @@ DevWeights upload(PreparedMoeWeights w) {
 
 struct Workspace {
     int M = 0, topk = 0, E = 0, tiles = 1, bm = 8;
-    int H = 0, I_pad = 0, n_pad_down = 0;
+    int H = 0, I_pad = 0, n_pad_down = 0, n_pad_gu = 0;
     int mblock_cap = 0;
+    int split_cap = 0;  // gate_up split-K scratch items
     int32_t *ids = nullptr, *counts = nullptr, *nmb = nullptr, *sorted_token = nullptr, *counters = nullptr;
-    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr;
+    int32_t *work = nullptr, *split_cnt = nullptr, *slot_pos = nullptr;
+    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr, *split_acc = nullptr;
     int2* mblock_info = nullptr;
-    uint16_t *x = nullptr, *inter = nullptr, *out = nullptr;
+    uint16_t *x = nullptr, *inter = nullptr, *out = nullptr, *rows = nullptr;
 };
 
 Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeights& gu, const DevWeights& dn) {
@@ -287,6 +297,7 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     w.H = H;
     w.I_pad = dn.meta.k_pad;
     w.n_pad_down = dn.meta.n_pad;
+    w.n_pad_gu = gu.meta.n_pad;
     const long long slots = (long long)M * topk;
     w.mblock_cap = int(slots / w.bm + std::min<long long>(E, slots) + 1);
     const size_t rows = size_t(w.mblock_cap) * w.bm;
@@ -304,7 +315,17 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     CK(cudaMalloc(&w.x, std::max<size_t>(1, size_t(M)) * H * 2));
     CK(cudaMalloc(&w.inter, rows * w.I_pad * 2));
     CK(cudaMalloc(&w.out, std::max<size_t>(1, size_t(M)) * H * 2));
-    (void)gu;
+    // dynamic schedule: claim counters (gate_up [0, 1], down [2, 3]) and the gate_up split-K scratch
+    CK(cudaMalloc(&w.work, 4 * 4));
+    CK(cudaMemset(w.work, 0, 4 * 4));
+    w.split_cap = kiln::jit::moe::split_scratch_items(1 << 30, w.bm);
+    CK(cudaMalloc(&w.split_acc, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMalloc(&w.split_cnt, size_t(w.split_cap) * 4 * 4));
+    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
+    // rows mode of down: one bf16 row per sorted position, and each slot's position
+    CK(cudaMalloc(&w.slot_pos, std::max<size_t>(1, slots) * 4));
+    CK(cudaMalloc(&w.rows, rows * w.n_pad_down * 2));
     return w;
 }
 
@@ -312,7 +333,18 @@ void free_workspace(Workspace& w) {
     cudaFree(w.ids); cudaFree(w.wts); cudaFree(w.counts); cudaFree(w.nmb); cudaFree(w.mblock_info);
     cudaFree(w.sorted_token); cudaFree(w.sorted_weight); cudaFree(w.counters); cudaFree(w.acc);
     cudaFree(w.x); cudaFree(w.inter); cudaFree(w.out);
+    cudaFree(w.work); cudaFree(w.split_acc); cudaFree(w.split_cnt); cudaFree(w.slot_pos); cudaFree(w.rows);
     w = Workspace{};
+}
+
+// The state every call must leave as it found it; reset before each variant so that one variant's
+// failure cannot be blamed on the next.
+void reset_call_state(Workspace& w) {
+    CK(cudaMemset(w.work, 0, 4 * 4));
+    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
+    CK(cudaMemset(w.counters, 0, (w.n_pad_down / 16) * 4));
+    CK(cudaMemset(w.acc, 0, std::max<size_t>(1, size_t(w.M)) * w.n_pad_down * 4));
 }
 
 void upload_routing(Workspace& w, const Routing& r) {
@@ -323,20 +355,105 @@ void upload_routing(Workspace& w, const Routing& r) {
 
 int fmt_code(W4Format f) { return f == W4Format::int4_g32_bf16 ? kiln_dev::moe::kFormatInt4 : kiln_dev::moe::kFormatMxfp4; }
 
-struct Launch {
-    DecodeKernel gate_up, down;
-    harness::RoutingFn routing = nullptr;
+// A kernel configuration measured side by side with the others.
+struct Variant {
+    std::string name;
+    int sched = 0;        // 0 static shares (v3), 1 dynamic claiming
+    int chunk = 0;        // dynamic: 0 whole K, -1 choose_decode_schedule, -2 one pipeline stage per item
+    int window = 1;       // dynamic claim order: m-blocks per window
+    bool rows = false;    // down writes bf16 rows, moe_w4a16_combine sums them (no fp32 atomics)
+    bool automatic = false;  // the kiln layer's automatic choices per call (jit/moe_w4a16.cpp)
 };
 
-Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int tiles) {
+bool variant_by_name(const std::string& n, Variant& v) {
+    v = Variant{n};
+    if (n == "v3") return true;
+    if (n == "auto") return v.automatic = true;
+    if (n == "v3r") return v.rows = true;
+    v.sched = 1;
+    if (n == "v4") return true;
+    v.chunk = -1;
+    if (n == "v5") return true;
+    if (n == "v5r") return v.rows = true;
+    if (n == "v5x") return (v.window = 1 << 20), true;
+    if (n == "v5w") return (v.window = 8), true;
+    if (n == "v5wr") return (v.window = 8), v.rows = true;
+    if (n == "v5s") return (v.chunk = -2), (v.window = 3), true;
+    if (n == "v5sr") return (v.chunk = -2), (v.window = 3), v.rows = true;
+    return false;
+}
+
+std::vector<Variant> parse_variants(const std::string& list) {
+    std::vector<Variant> out;
+    size_t i = 0;
+    while (i <= list.size()) {
+        size_t j = list.find(',', i);
+        if (j == std::string::npos) j = list.size();
+        const std::string n = list.substr(i, j - i);
+        if (!n.empty() && n != "none") {
+            Variant v;
+            if (!variant_by_name(n, v)) {
+                std::fprintf(stderr, "unknown variant %s\n", n.c_str());
+                std::exit(2);
+            }
+            out.push_back(v);
+        }
+        i = j + 1;
+    }
+    return out;
+}
+
+struct Launch {
+    Variant var;
+    DecodeKernel gate_up, down;
+    harness::RoutingFn routing = nullptr;
+    harness::CombineFn combine = nullptr;
+    int chunk_gu = 0, chunk_dn = 0, split_max = 0;
+};
+
+// Waits for the device with a deadline: a kernel that never finishes (a pipeline deadlock) ends the
+// process with status 4 instead of hanging the run.
+void sync_or_die(const std::string& what, cudaStream_t s = 0, double seconds = 15.0) {
+    cudaEvent_t e;
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CK(cudaEventRecord(e, s));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+        const cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) break;
+        if (q != cudaErrorNotReady) CK(q);
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+            std::printf("HANG  %s: not finished after %.0f s\n", what.c_str(), seconds);
+            std::fflush(stdout);
+            std::_Exit(4);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    cudaEventDestroy(e);
+}
+
+Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int tiles, const Variant& var, int M,
+                      int topk, int E) {
     require_layout(gu.meta, W4Layout::decode_mma16, gu.meta.format, "decode gate_up");
     require_layout(dn.meta, W4Layout::decode_mma16, dn.meta.format, "decode down");
     Launch l;
+    l.var = var;
+    int gu_sched = var.sched, dn_sched = var.sched;
+    if (var.automatic) {  // mirrors MoeW4A16's automatic picks (INT4 gate_up dynamic below 4096 slots, ...)
+        const long long slots = (long long)M * topk;
+        gu_sched = gu.meta.format == W4Format::int4_g32_bf16 && slots < 4096 ? 1 : 0;
+        dn_sched = 1;
+        l.var.rows = slots >= 256;
+        l.var.chunk = -1;
+        l.var.window = 1;
+    }
     const bool mask = gu.meta.k % 64 != 0;
     const int recs_gu = gu.meta.k_pad % 128 == 0 ? 2 : 1, recs_dn = dn.meta.k_pad % 128 == 0 ? 2 : 1;
-    l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, 0, act, mask, recs_gu, tiles);
-    l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, 1, act, false, recs_dn, tiles);
+    l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, gu_sched, 0, act, mask, recs_gu, tiles);
+    l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, dn_sched, l.var.rows ? 2 : 1, act,
+                                    false, recs_dn, tiles);
     l.routing = harness::select_routing(8 * tiles);
+    l.combine = harness::select_combine();
     if (!l.gate_up.fn || !l.down.fn || !l.routing) {
         std::fprintf(stderr, "no kernel for tiles=%d\n", tiles);
         std::exit(2);
@@ -344,6 +461,23 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     CK(cudaFuncSetAttribute(l.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.gate_up.smem));
     CK(cudaFuncSetAttribute(l.down.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.down.smem));
     CK(cudaFuncSetAttribute(l.routing, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
+    const int groups = 4 * g_num_sms;
+    const auto sg = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, gu.meta.n_pad, gu.meta.k_pad, recs_gu, groups);
+    const auto sd = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, dn.meta.n_pad, dn.meta.k_pad, recs_dn, groups);
+    l.split_max = sg.split_max_items;
+    if (var.automatic) {
+        l.chunk_gu = 0;  // whole K (split gate_up measured slower, perf notes §8)
+        l.chunk_dn = l.var.rows ? 0 : sd.k_chunk;
+    } else if (var.chunk == -1) {
+        l.chunk_gu = sg.k_chunk;
+        l.chunk_dn = sd.k_chunk;
+    } else if (var.chunk == -2) {
+        l.chunk_gu = recs_gu;
+        l.chunk_dn = recs_dn;
+        l.split_max = 1 << 30;
+    } else {
+        l.chunk_gu = l.chunk_dn = var.chunk;
+    }
     return l;
 }
 
@@ -360,8 +494,19 @@ void launch_routing(const Launch& l, Workspace& w, cudaStream_t s) {
     rp.topk = w.topk;
     rp.num_experts = w.E;
     rp.mblock_cap = w.mblock_cap;
+    rp.slot_pos = l.var.rows ? w.slot_pos : nullptr;
     l.routing<<<1, 1024, 2 * 4 * w.E, s>>>(rp);
     CK(cudaGetLastError());
+}
+
+void set_schedule(const Launch& l, Workspace& w, kiln_dev::moe::DecodeParams& p, bool down) {
+    p.work = w.work + (down ? 2 : 0);
+    p.split_acc = w.split_acc;
+    p.split_cnt = w.split_cnt;
+    p.split_cap = w.split_cap;
+    p.k_chunk = down ? l.chunk_dn : l.chunk_gu;
+    p.split_max_items = l.split_max;
+    p.order_window = l.var.window;
 }
 
 void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int copy, cudaStream_t s) {
@@ -381,10 +526,12 @@ void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int cop
     p.num_tokens = w.M;
     p.inter = reinterpret_cast<__nv_bfloat16*>(w.inter);
     p.inter_stride = w.I_pad;
+    set_schedule(l, w, p, false);
     l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
     CK(cudaGetLastError());
 }
 
+// down, and in the rows variants the combine launch after it
 void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, cudaStream_t s) {
     kiln_dev::moe::DecodeParams p{};
     p.weights = dn.d + size_t(copy) * dn.meta.expert_stride * dn.meta.experts;
@@ -402,11 +549,30 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
     p.num_tokens = w.M;
     p.acc = w.acc;
     p.acc_stride = w.n_pad_down;
-    p.out = reinterpret_cast<__nv_bfloat16*>(w.out);
-    p.out_stride = w.H;
+    if (l.var.rows) {
+        p.out = reinterpret_cast<__nv_bfloat16*>(w.rows);
+        p.out_stride = w.n_pad_down;
+    } else {
+        p.out = reinterpret_cast<__nv_bfloat16*>(w.out);
+        p.out_stride = w.H;
+    }
     p.counters = w.counters;
+    set_schedule(l, w, p, true);
     l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
     CK(cudaGetLastError());
+    if (l.var.rows && w.M > 0) {
+        kiln_dev::moe::CombineParams c{};
+        c.rows = reinterpret_cast<const __nv_bfloat16*>(w.rows);
+        c.rows_stride = w.n_pad_down;
+        c.slot_pos = w.slot_pos;
+        c.num_tokens = w.M;
+        c.topk = w.topk;
+        c.n = dn.meta.n;
+        c.out = reinterpret_cast<__nv_bfloat16*>(w.out);
+        c.out_stride = w.H;
+        l.combine<<<std::min(w.M, 8 * g_num_sms), kiln_dev::moe::kCombineThreads, 0, s>>>(c);
+        CK(cudaGetLastError());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -593,7 +759,10 @@ void test_routing() {
         CK(cudaMemset(stok, 0x7F, size_t(cap) * c.bm * 4));
         CK(cudaMemcpy(ids, r.ids.data(), slots * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(wts, r.weights.data(), slots * 4, cudaMemcpyHostToDevice));
-        kiln_dev::moe::RoutingParams rp{ids, wts, counts, nmb, info, stok, swt, c.M, c.topk, c.E, cap};
+        int32_t* spos;
+        CK(cudaMalloc(&spos, slots * 4));
+        CK(cudaMemset(spos, 0x7F, slots * 4));
+        kiln_dev::moe::RoutingParams rp{ids, wts, counts, nmb, info, stok, swt, c.M, c.topk, c.E, cap, spos};
         auto fn = harness::select_routing(c.bm);
         CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
         fn<<<1, 1024, 2 * 4 * c.E>>>(rp);
@@ -610,7 +779,10 @@ void test_routing() {
             CK(cudaMemcpy(h_tok.data(), stok, h_tok.size() * 4, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(h_wt.data(), swt, h_wt.size() * 4, cudaMemcpyDeviceToHost));
         }
+        std::vector<int32_t> h_pos(slots);
+        CK(cudaMemcpy(h_pos.data(), spos, slots * 4, cudaMemcpyDeviceToHost));
         cudaFree(ids); cudaFree(wts); cudaFree(counts); cudaFree(nmb); cudaFree(info); cudaFree(stok); cudaFree(swt);
+        cudaFree(spos);
         // expected
         const std::vector<int> want_counts = expert_counts(r);
         int want_nmb = 0;
@@ -642,6 +814,17 @@ void test_routing() {
             }
         }
         ok = ok && got == want;
+        // slot_pos: every local slot names a distinct row holding its token and weight; others are -1
+        std::set<int> used;
+        for (long long sl = 0; ok && sl < slots; ++sl) {
+            const int e = r.ids[sl], pos = h_pos[sl];
+            if (e < 0 || e >= c.E) {
+                ok = pos == -1;
+                continue;
+            }
+            ok = pos >= 0 && pos < h_nmb * c.bm && used.insert(pos).second && h_tok[pos] == int(sl / c.topk) &&
+                 h_wt[pos] == r.weights[sl] && h_info[pos / c.bm].x == e;
+        }
         char buf[200];
         std::snprintf(buf, sizeof buf, "routing %s M=%d topk=%d E=%d bm=%d (%d m-blocks)", c.kind.c_str(), c.M, c.topk,
                       c.E, c.bm, h_nmb);
@@ -675,7 +858,11 @@ double rel_error(const std::vector<uint16_t>& got, const std::vector<double>& re
     return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+std::vector<Variant> g_test_variants;
+std::map<std::string, int> g_variant_failures;
+
 void run_moe_case(const MoeCase& c) {
+    const std::vector<Variant>& variants = g_test_variants;
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
     HostExperts ex = random_experts(c.fmt, c.E, c.H, c.I, seed);
     if (c.wide)
@@ -697,60 +884,67 @@ void run_moe_case(const MoeCase& c) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = f2bf(nd(rng));
     if (r.M > 0) CK(cudaMemcpy(ws.x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-    Launch l = prepare_launch(gu, dn, c.act, c.tiles);
 
     std::vector<double> ref;
     std::map<std::pair<int, int>, std::vector<float>> inter_ref;
     const bool small = (long long)c.H * c.I <= 1 << 20;
     reference_moe(ex, r, x, c.act, ref, small ? &inter_ref : nullptr);
 
-    for (int rep = 0; rep < 2; ++rep) {
-        CK(cudaMemset(ws.out, 0xFF, std::max<size_t>(1, size_t(r.M)) * c.H * 2));
-        CK(cudaMemset(ws.inter, 0xFF, size_t(ws.mblock_cap) * ws.bm * ws.I_pad * 2));
-        launch_routing(l, ws, 0);
-        launch_gate_up(l, ws, gu, 0, 0);
-        launch_down(l, ws, dn, 0, 0);
-        CK(cudaDeviceSynchronize());
-        std::vector<uint16_t> got(size_t(r.M) * c.H);
-        if (r.M > 0) CK(cudaMemcpy(got.data(), ws.out, got.size() * 2, cudaMemcpyDeviceToHost));
-        long nans = 0;
-        const double err = rel_error(got, ref, &nans);
-        // intermediate check (small shapes): GPU row p holds slot (token, expert of its m-block)
-        double ierr = 0;
-        if (small && rep == 0 && r.M > 0) {
-            int h_nmb;
-            CK(cudaMemcpy(&h_nmb, ws.nmb, 4, cudaMemcpyDeviceToHost));
-            std::vector<int2> info(std::max(1, h_nmb));
-            std::vector<int32_t> tok(size_t(std::max(1, h_nmb)) * ws.bm);
-            std::vector<uint16_t> inter(size_t(std::max(1, h_nmb)) * ws.bm * ws.I_pad);
-            if (h_nmb > 0) {
-                CK(cudaMemcpy(info.data(), ws.mblock_info, h_nmb * sizeof(int2), cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(tok.data(), ws.sorted_token, tok.size() * 4, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(inter.data(), ws.inter, inter.size() * 2, cudaMemcpyDeviceToHost));
-            }
-            double num = 0, den = 0;
-            for (int b = 0; b < h_nmb; ++b)
-                for (int rr = 0; rr < info[b].y; ++rr) {
-                    const int t = tok[size_t(b) * ws.bm + rr];
-                    int j = -1;
-                    for (int jj = 0; jj < r.topk; ++jj)
-                        if (r.ids[t * r.topk + jj] == info[b].x) j = jj;
-                    auto it = inter_ref.find({t, j});
-                    if (it == inter_ref.end()) { num += 1e30; continue; }
-                    for (int i = 0; i < c.I; ++i) {
-                        const double g = bf2f(inter[(size_t(b) * ws.bm + rr) * ws.I_pad + i]);
-                        num += (g - it->second[i]) * (g - it->second[i]);
-                        den += double(it->second[i]) * it->second[i];
-                    }
+    for (const Variant& var : variants) {
+        Launch l = prepare_launch(gu, dn, c.act, c.tiles, var, r.M, r.topk, c.E);
+        reset_call_state(ws);
+        for (int rep = 0; rep < 2; ++rep) {
+            CK(cudaMemset(ws.out, 0xFF, std::max<size_t>(1, size_t(r.M)) * c.H * 2));
+            CK(cudaMemset(ws.inter, 0xFF, size_t(ws.mblock_cap) * ws.bm * ws.I_pad * 2));
+            CK(cudaMemset(ws.rows, 0xFF, size_t(ws.mblock_cap) * ws.bm * ws.n_pad_down * 2));
+            launch_routing(l, ws, 0);
+            launch_gate_up(l, ws, gu, 0, 0);
+            launch_down(l, ws, dn, 0, 0);
+            sync_or_die(var.name + " " + c.name);
+            std::vector<uint16_t> got(size_t(r.M) * c.H);
+            if (r.M > 0) CK(cudaMemcpy(got.data(), ws.out, got.size() * 2, cudaMemcpyDeviceToHost));
+            long nans = 0;
+            const double err = rel_error(got, ref, &nans);
+            // intermediate check (small shapes): GPU row p holds slot (token, expert of its m-block)
+            double ierr = 0;
+            if (small && rep == 0 && r.M > 0) {
+                int h_nmb;
+                CK(cudaMemcpy(&h_nmb, ws.nmb, 4, cudaMemcpyDeviceToHost));
+                std::vector<int2> info(std::max(1, h_nmb));
+                std::vector<int32_t> tok(size_t(std::max(1, h_nmb)) * ws.bm);
+                std::vector<uint16_t> inter(size_t(std::max(1, h_nmb)) * ws.bm * ws.I_pad);
+                if (h_nmb > 0) {
+                    CK(cudaMemcpy(info.data(), ws.mblock_info, h_nmb * sizeof(int2), cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(tok.data(), ws.sorted_token, tok.size() * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(inter.data(), ws.inter, inter.size() * 2, cudaMemcpyDeviceToHost));
                 }
-            ierr = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+                double num = 0, den = 0;
+                for (int b = 0; b < h_nmb; ++b)
+                    for (int rr = 0; rr < info[b].y; ++rr) {
+                        const int t = tok[size_t(b) * ws.bm + rr];
+                        int j = -1;
+                        for (int jj = 0; jj < r.topk; ++jj)
+                            if (r.ids[t * r.topk + jj] == info[b].x) j = jj;
+                        auto it = inter_ref.find({t, j});
+                        if (it == inter_ref.end()) { num += 1e30; continue; }
+                        for (int i = 0; i < c.I; ++i) {
+                            const double g = bf2f(inter[(size_t(b) * ws.bm + rr) * ws.I_pad + i]);
+                            num += (g - it->second[i]) * (g - it->second[i]);
+                            den += double(it->second[i]) * it->second[i];
+                        }
+                    }
+                ierr = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+            }
+            char buf[360];
+            std::snprintf(buf, sizeof buf, "moe %-5s %-28s %s M=%d E=%d topk=%d H=%d I=%d tiles=%d run %d: rel err %.2e%s, NaN %ld",
+                          var.name.c_str(), c.name.c_str(), std::string(to_string(c.fmt)).c_str(), r.M, c.E, c.topk, c.H,
+                          c.I, c.tiles, rep, err,
+                          (small && rep == 0) ? (" (intermediate " + std::to_string(ierr).substr(0, 8) + ")").c_str() : "",
+                          nans);
+            const bool ok = nans == 0 && err <= 1e-2 && (!small || rep > 0 || ierr <= 1e-2);
+            report(ok, buf);
+            if (!ok) g_variant_failures[var.name]++;
         }
-        char buf[300];
-        std::snprintf(buf, sizeof buf, "moe %-28s %s M=%d E=%d topk=%d H=%d I=%d tiles=%d run %d: rel err %.2e%s, NaN %ld",
-                      c.name.c_str(), std::string(to_string(c.fmt)).c_str(), r.M, c.E, c.topk, c.H, c.I, c.tiles, rep, err,
-                      (small && rep == 0) ? (" (intermediate " + std::to_string(ierr).substr(0, 8) + ")").c_str() : "",
-                      nans);
-        report(nans == 0 && err <= 1e-2 && (!small || rep > 0 || ierr <= 1e-2), buf);
     }
     free_workspace(ws);
     cudaFree(gu.d);
@@ -779,6 +973,9 @@ void test_moe_small() {
         {"mxfp4 no local expert at all", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 1},
         {"int4 M=4096", F::int4_g32_bf16, silu, 256, 128, 64, 8, 4096, "uniform", 4},
         {"mxfp4 M=16384", F::mxfp4_g32_e8m0, situ, 128, 64, 32, 4, 16384, "uniform", 4},
+        {"int4 prefill odd K 2048", F::int4_g32_bf16, silu, 352, 160, 12, 4, 2048, "skewed", 4},
+        {"mxfp4 prefill 8192", F::mxfp4_g32_e8m0, situ, 256, 96, 24, 6, 8192, "uniform", 4},
+        {"int4 hot expert tiles2", F::int4_g32_bf16, situ, 192, 320, 9, 3, 300, "hot", 2},
     };
     for (const auto& c : cases) run_moe_case(c);
 }
@@ -792,6 +989,7 @@ void test_moe_real() {
         {"K2 TP8 slice", F::int4_g32_bf16, silu, 7168, 256, 64, 8, 48, "uniform", 4},
         {"K3 EP8 decode B=8", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, 8, "ep", 1},
         {"K3 TP8 slice", F::mxfp4_g32_e8m0, situ, 3584, 384, 64, 16, 24, "uniform", 1},
+        {"K2 TP8 slice prefill", F::int4_g32_bf16, silu, 7168, 256, 64, 8, 256, "uniform", 4},
     };
     for (const auto& c : cases) run_moe_case(c);
 }
@@ -925,12 +1123,13 @@ std::vector<Scenario> scenarios() {
         {"k2_ep8_decode_20", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 160, 1, true},
         {"k2_ep8_decode_50", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 400, 2, true},
         {"k2_grouped_decode_8", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "balanced", 48, 1, true},
-        {"k2_ep8_prefill_2048", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 2048, 4, false},
-        {"k2_tp8_8192", F::int4_g32_bf16, silu, 7168, 256, 384, 8, "uniform", 8192, 4, false},
         {"k3_ep8_decode_1", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 1, 1, true},
         {"k3_ep8_decode_8", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 8, 1, true},
         {"k3_ep8_decode_32", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 32, 1, true},
         {"k3_ep8_decode_128", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, "ep", 128, 1, true},
+        // prefill last: a run short of time still has every decode row
+        {"k2_ep8_prefill_2048", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 2048, 4, false},
+        {"k2_tp8_8192", F::int4_g32_bf16, silu, 7168, 256, 384, 8, "uniform", 8192, 4, false},
     };
 }
 
@@ -939,12 +1138,14 @@ double median(std::vector<double> v) {
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
-void bench(const std::string& routing_dir, const std::string& json_path, const std::string& only, int iters, bool probe_math) {
+void bench(const std::string& routing_dir, const std::string& json_path, const std::string& only, int iters, bool probe_math,
+           const std::vector<Variant>& decode_variants, const std::vector<Variant>& prefill_variants) {
     std::string json = "[\n";
-    std::vector<std::string> table;
     bool first = true;
     for (const Scenario& sc : scenarios()) {
         if (!only.empty() && sc.name.find(only) == std::string::npos) continue;
+        const std::vector<Variant>& variants = sc.decode ? decode_variants : prefill_variants;
+        if (variants.empty()) continue;
         const uint64_t seed = std::hash<std::string>{}(sc.name) & 0xFFFFFF;
         Routing r = sc.routing == "ep" ? make_ep_routing(sc.tokens, sc.topk, sc.E, 8, seed)
                                        : make_routing(sc.routing, sc.tokens, sc.topk, sc.E, seed);
@@ -955,9 +1156,18 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             rows += v;
             maxrows = std::max(maxrows, v);
         }
+        if (!routing_dir.empty()) {  // written first: the baseline runner reads it
+            const std::string base = routing_dir + "/" + sc.name;
+            std::ofstream f(base + ".ids", std::ios::binary);
+            f.write(reinterpret_cast<const char*>(r.ids.data()), r.ids.size() * 4);
+            std::ofstream fw(base + ".weights", std::ios::binary);
+            fw.write(reinterpret_cast<const char*>(r.weights.data()), r.weights.size() * 4);
+            std::ofstream fj(base + ".json");
+            fj << "{\"name\": \"" << sc.name << "\", \"format\": \"" << to_string(sc.fmt) << "\", \"act\": "
+               << sc.act << ", \"M\": " << r.M << ", \"topk\": " << r.topk << ", \"E\": " << sc.E << ", \"H\": " << sc.H
+               << ", \"I\": " << sc.I << "}\n";
+        }
         // rotation copies so that the touched weights of consecutive iterations are not L2-resident
-        const double per_expert = 0;  // filled below
-        (void)per_expert;
         DevWeights gu0 = random_device_weights(sc.fmt, true, sc.E, sc.I, sc.H, 1, seed * 3 + 1);
         const size_t set_bytes = (gu0.meta.expert_stride) * sc.E;
         cudaFree(gu0.d);
@@ -975,104 +1185,100 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             for (auto& v : x) v = f2bf(nd(rng));
             CK(cudaMemcpy(ws.x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
         }
-        Launch l = prepare_launch(gu, dn, sc.act, sc.tiles);
         cudaStream_t s;
         CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        for (int it = 0; it < 3; ++it) {
-            launch_routing(l, ws, s);
-            launch_gate_up(l, ws, gu, it % copies, s);
-            launch_down(l, ws, dn, it % copies, s);
-        }
-        CK(cudaStreamSynchronize(s));
-        const int n = iters;
-        std::vector<cudaEvent_t> ev(4 * n);
-        for (auto& e : ev) CK(cudaEventCreate(&e));
-        for (int it = 0; it < n; ++it) {
-            const int cp = it % copies;
-            CK(cudaEventRecord(ev[4 * it + 0], s));
-            launch_routing(l, ws, s);
-            CK(cudaEventRecord(ev[4 * it + 1], s));
-            launch_gate_up(l, ws, gu, cp, s);
-            CK(cudaEventRecord(ev[4 * it + 2], s));
-            launch_down(l, ws, dn, cp, s);
-            CK(cudaEventRecord(ev[4 * it + 3], s));
-        }
-        CK(cudaStreamSynchronize(s));
-        std::vector<double> tt, tr, tg, td;
-        for (int it = 0; it < n; ++it) {
-            float a, b, c, d;
-            CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 3]));
-            CK(cudaEventElapsedTime(&b, ev[4 * it], ev[4 * it + 1]));
-            CK(cudaEventElapsedTime(&c, ev[4 * it + 1], ev[4 * it + 2]));
-            CK(cudaEventElapsedTime(&d, ev[4 * it + 2], ev[4 * it + 3]));
-            tt.push_back(a * 1e3);
-            tr.push_back(b * 1e3);
-            tg.push_back(c * 1e3);
-            td.push_back(d * 1e3);
-        }
-        for (auto& e : ev) cudaEventDestroy(e);
-        if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16) {
-            // the gate_up pipeline alone (same bytes, no dequantisation / MMA)
-            Launch lp = l;
-            lp.gate_up = harness::select_decode_skip_math(1);
-            CK(cudaFuncSetAttribute(lp.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lp.gate_up.smem));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            std::vector<double> tp;
-            for (int it = 0; it < 20; ++it) {
-                CK(cudaEventRecord(e0, s));
-                launch_gate_up(lp, ws, gu, it % copies, s);
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                tp.push_back(ms * 1e3);
-            }
-            const double gub = double(active) * gu.meta.expert_stride;
-            std::printf("probe: %s gate_up pipeline without math: %.1f us = %.2f TB/s (with math %.1f us = %.2f TB/s)\n",
-                        sc.name.c_str(), median(tp), gub / median(tp) / 1e6, median(tg), gub / median(tg) / 1e6);
-            cudaEventDestroy(e0);
-            cudaEventDestroy(e1);
-        }
         // bytes: touched experts' packed weights + scales, activations in and out of both GEMMs
         const double wbytes = double(active) * double(gu.meta.expert_stride + dn.meta.expert_stride);
         const double abytes = double(r.M) * sc.H * 2 * 2 + double(rows) * sc.I * 2 * 2;
         const double bytes = wbytes + abytes;
-        const double us = median(tt);
         const double floor_us = bytes / 4.8e12 * 1e6;
         const double flops = 2.0 * rows * (2.0 * sc.I * sc.H + double(sc.H) * sc.I);
-        char line[400];
-        std::snprintf(line, sizeof line,
-                      "%-22s M=%5d rows=%6d active=%4d rows/E=%6.2f max=%4d | total %8.1f us (route %5.1f, gate_up %8.1f, down %8.1f) | "
-                      "%8.1f MB %5.2f TB/s %5.1f%% of 4.8 floor(%7.1f us) | %6.1f TFLOP/s",
-                      sc.name.c_str(), r.M, rows, active, active ? double(rows) / active : 0.0, maxrows, us, median(tr),
-                      median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us, floor_us,
-                      flops / us / 1e6);
-        std::printf("%s\n", line);
-        std::fflush(stdout);
-        table.push_back(line);
-        char js[800];
-        std::snprintf(js, sizeof js,
-                      "%s  {\"name\": \"%s\", \"format\": \"%s\", \"M\": %d, \"topk\": %d, \"E\": %d, \"H\": %d, \"I\": %d, "
-                      "\"rows\": %d, \"active\": %d, \"max_rows\": %d, \"tiles\": %d, \"copies\": %d, \"us\": %.2f, "
-                      "\"us_route\": %.2f, \"us_gate_up\": %.2f, \"us_down\": %.2f, \"bytes\": %.0f, \"floor_us\": %.2f, "
-                      "\"flops\": %.0f, \"decode\": %s}",
-                      first ? "" : ",\n", sc.name.c_str(), std::string(to_string(sc.fmt)).c_str(), r.M, r.topk, sc.E,
-                      sc.H, sc.I, rows, active, maxrows, sc.tiles, copies, us, median(tr), median(tg), median(td), bytes,
-                      floor_us, flops, sc.decode ? "true" : "false");
-        json += js;
-        first = false;
-        if (!routing_dir.empty()) {
-            const std::string base = routing_dir + "/" + sc.name;
-            std::ofstream f(base + ".ids", std::ios::binary);
-            f.write(reinterpret_cast<const char*>(r.ids.data()), r.ids.size() * 4);
-            std::ofstream fw(base + ".weights", std::ios::binary);
-            fw.write(reinterpret_cast<const char*>(r.weights.data()), r.weights.size() * 4);
-            std::ofstream fj(base + ".json");
-            fj << "{\"name\": \"" << sc.name << "\", \"format\": \"" << to_string(sc.fmt) << "\", \"act\": "
-               << sc.act << ", \"M\": " << r.M << ", \"topk\": " << r.topk << ", \"E\": " << sc.E << ", \"H\": " << sc.H
-               << ", \"I\": " << sc.I << "}\n";
+        for (const Variant& var : variants) {
+            Launch l = prepare_launch(gu, dn, sc.act, sc.tiles, var, r.M, r.topk, sc.E);
+            reset_call_state(ws);
+            for (int it = 0; it < 3; ++it) {
+                launch_routing(l, ws, s);
+                launch_gate_up(l, ws, gu, it % copies, s);
+                launch_down(l, ws, dn, it % copies, s);
+            }
+            sync_or_die("bench warm-up " + sc.name + " " + var.name, s, 20.0);
+            const int n = iters;
+            std::vector<cudaEvent_t> ev(4 * n);
+            for (auto& e : ev) CK(cudaEventCreate(&e));
+            for (int it = 0; it < n; ++it) {
+                const int cp = it % copies;
+                CK(cudaEventRecord(ev[4 * it + 0], s));
+                launch_routing(l, ws, s);
+                CK(cudaEventRecord(ev[4 * it + 1], s));
+                launch_gate_up(l, ws, gu, cp, s);
+                CK(cudaEventRecord(ev[4 * it + 2], s));
+                launch_down(l, ws, dn, cp, s);
+                CK(cudaEventRecord(ev[4 * it + 3], s));
+            }
+            sync_or_die("bench " + sc.name + " " + var.name, s, 30.0);
+            std::vector<double> tt, tr, tg, td;
+            for (int it = 0; it < n; ++it) {
+                float a, b, c, d;
+                CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 3]));
+                CK(cudaEventElapsedTime(&b, ev[4 * it], ev[4 * it + 1]));
+                CK(cudaEventElapsedTime(&c, ev[4 * it + 1], ev[4 * it + 2]));
+                CK(cudaEventElapsedTime(&d, ev[4 * it + 2], ev[4 * it + 3]));
+                tt.push_back(a * 1e3);
+                tr.push_back(b * 1e3);
+                tg.push_back(c * 1e3);
+                td.push_back(d * 1e3);
+            }
+            for (auto& e : ev) cudaEventDestroy(e);
+            if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16 && !var.rows && !var.automatic) {
+                // the gate_up pipeline alone (same bytes, no dequantisation / MMA)
+                Launch lp = l;
+                lp.gate_up = harness::select_decode_skip_math(var.sched);
+                CK(cudaFuncSetAttribute(lp.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lp.gate_up.smem));
+                cudaEvent_t e0, e1;
+                CK(cudaEventCreate(&e0));
+                CK(cudaEventCreate(&e1));
+                std::vector<double> tp;
+                for (int it = 0; it < 20; ++it) {
+                    CK(cudaEventRecord(e0, s));
+                    launch_gate_up(lp, ws, gu, it % copies, s);
+                    CK(cudaEventRecord(e1, s));
+                    sync_or_die("probe " + sc.name + " " + var.name, s, 10.0);
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    tp.push_back(ms * 1e3);
+                }
+                const double gub = double(active) * gu.meta.expert_stride;
+                std::printf("probe: %s %s gate_up pipeline without math: %.1f us = %.2f TB/s (with math %.1f us = %.2f TB/s)\n",
+                            sc.name.c_str(), var.name.c_str(), median(tp), gub / median(tp) / 1e6, median(tg),
+                            gub / median(tg) / 1e6);
+                cudaEventDestroy(e0);
+                cudaEventDestroy(e1);
+            }
+            const double us = median(tt);
+            char line[480];
+            std::snprintf(line, sizeof line,
+                          "%-22s %-5s M=%5d rows=%6d active=%4d rows/E=%6.2f max=%4d | total %8.1f us (route %5.1f, gate_up %8.1f, "
+                          "down %8.1f) | %8.1f MB %5.2f TB/s %5.1f%% of 4.8 floor(%7.1f us) | %6.1f TFLOP/s | chunk %d/%d",
+                          sc.name.c_str(), var.name.c_str(), r.M, rows, active, active ? double(rows) / active : 0.0, maxrows,
+                          us, median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us,
+                          floor_us, flops / us / 1e6, l.chunk_gu, l.chunk_dn);
+            std::printf("%s\n", line);
+            std::fflush(stdout);
+            char js[900];
+            std::snprintf(js, sizeof js,
+                          "%s  {\"name\": \"%s\", \"variant\": \"%s\", \"format\": \"%s\", \"M\": %d, \"topk\": %d, \"E\": %d, "
+                          "\"H\": %d, \"I\": %d, \"rows\": %d, \"active\": %d, \"max_rows\": %d, \"tiles\": %d, \"copies\": %d, "
+                          "\"us\": %.2f, \"us_route\": %.2f, \"us_gate_up\": %.2f, \"us_down\": %.2f, \"bytes\": %.0f, "
+                          "\"floor_us\": %.2f, \"flops\": %.0f, \"decode\": %s}",
+                          first ? "" : ",\n", sc.name.c_str(), var.name.c_str(), std::string(to_string(sc.fmt)).c_str(),
+                          r.M, r.topk, sc.E, sc.H, sc.I, rows, active, maxrows, sc.tiles, copies, us, median(tr), median(tg),
+                          median(td), bytes, floor_us, flops, sc.decode ? "true" : "false");
+            json += js;
+            first = false;
+            if (!json_path.empty()) {  // rewritten after every measurement: a later hang loses nothing
+                std::ofstream f(json_path);
+                f << json << "\n]\n";
+            }
         }
         CK(cudaStreamDestroy(s));
         free_workspace(ws);
@@ -1102,15 +1308,23 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "test") {
         const std::string what = argc > 2 ? argv[2] : "all";
+        std::string vlist = "v3";
+        for (int i = 3; i + 1 < argc; i += 2)
+            if (std::string(argv[i]) == "--variants") vlist = argv[i + 1];
+        g_test_variants = parse_variants(vlist);
         if (what == "dequant" || what == "all") test_dequant();
         if (what == "routing" || what == "all") test_routing();
         if (what == "moe" || what == "all") test_moe_small();
         if (what == "moe-real" || what == "all") test_moe_real();
+        if (what == "moe" || what == "moe-real" || what == "all")
+            for (const Variant& v : g_test_variants)
+                std::printf("VARIANT %s %s (%d failed checks)\n", v.name.c_str(),
+                            g_variant_failures[v.name] ? "FAIL" : "PASS", g_variant_failures[v.name]);
         std::printf("%d failure(s)\n", g_failures);
         return g_failures ? 1 : 0;
     }
     if (cmd == "bench") {
-        std::string rdir, json, only;
+        std::string rdir, json, only, dv = "v3", pv = "v3";
         int iters = 60;
         bool probe = false;
         for (int i = 2; i + 1 < argc; i += 2) {
@@ -1120,12 +1334,14 @@ int main(int argc, char** argv) {
             else if (a == "--only") only = argv[i + 1];
             else if (a == "--iters") iters = std::atoi(argv[i + 1]);
             else if (a == "--probe") probe = std::atoi(argv[i + 1]) != 0;
+            else if (a == "--variants") dv = argv[i + 1];
+            else if (a == "--prefill-variants") pv = argv[i + 1];
         }
         cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, 0));
         std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, g_num_sms, prop.l2CacheSize >> 20);
         if (probe) read_probe();
-        bench(rdir, json, only, iters, probe);
+        bench(rdir, json, only, iters, probe, parse_variants(dv), parse_variants(pv));
         return 0;
     }
     std::fprintf(stderr, "unknown command %s\n", cmd.c_str());

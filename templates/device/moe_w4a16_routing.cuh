@@ -9,6 +9,8 @@
 //          mblock_info [cap] int2      (expert, valid rows in the block)
 //          sorted_token [cap*kBlockM]  token of each row, -1 for padding
 //          sorted_weight [cap*kBlockM] router weight of each row, 0 for padding
+//          slot_pos [M, topk]          (optional) sorted row of each slot, -1 when it has none (expert of
+//                                      another rank, or beyond the capacity); read by the combine kernel
 // Rows of one expert are contiguous; their order inside the expert is unspecified.
 // Dynamic shared memory: 2 * E * 4 bytes.
 #pragma once
@@ -30,6 +32,7 @@ struct RoutingParams {
     i32 topk;
     i32 num_experts;
     i32 mblock_cap;  // capacity of mblock_info; blocks beyond it are dropped (the host sizes it so none are)
+    i32* slot_pos;   // optional (null: not written)
 };
 
 template <int kBlockM>
@@ -106,14 +109,17 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     __syncthreads();
     for (int s = tid; s < slots; s += nthr) {
         int e = p.topk_ids[s];
+        int where = -1;
         if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
             const int pos = atomicAdd(&cnt[e], 1);
             const int r = off[e] * kBlockM + pos;
             if (r < rows) {
                 p.sorted_token[r] = s / p.topk;
                 p.sorted_weight[r] = p.topk_weights[s];
+                where = r;
             }
         }
+        if (p.slot_pos) p.slot_pos[s] = where;
     }
     if (tid == 0) *p.num_mblocks = total;
 }

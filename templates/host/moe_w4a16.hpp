@@ -14,7 +14,11 @@
 //            to the same accumulator column: acc[token][n] += weight * dot, then every token's columns
 //            go out as bf16 and acc is zeroed again (the contract: acc is zero between calls; the
 //            counters are the device's and are not touched).
-//   routing  per-expert rows in m-blocks of kBlockM (stable: rows of an expert in slot order).
+//   down rows (kMode 2) one work item per (m-block, row-block): the router-weighted bf16 row of every
+//            sorted position, summed per token by `combine` (slot order, fp32, one rounding).
+//   routing  per-expert rows in m-blocks of kBlockM (stable: rows of an expert in slot order), and
+//            optionally each slot's sorted row.
+// The dynamic-schedule fields of DecodeParams (work, split_*, k_chunk, order_window) are not read.
 //   dequant  one expert matrix to bf16 [n_pad, k_pad] in layout row order.
 #pragma once
 
@@ -44,8 +48,9 @@ struct RoutingParams {
     i32 topk;
     i32 num_experts;
     i32 mblock_cap;
+    i32* slot_pos;  // optional [num_tokens * topk]: sorted row of each slot, -1 when it has none
 };
-static_assert(sizeof(RoutingParams) == 72, "RoutingParams layout is shared with kiln");
+static_assert(sizeof(RoutingParams) == 80, "RoutingParams layout is shared with kiln");
 
 struct DecodeParams {
     const u8* weights;
@@ -64,13 +69,33 @@ struct DecodeParams {
     u16* out;  // bf16
     i32 out_stride;
     i32* counters;
+    i32* work;  // device dynamic schedule only, from here on
+    float* split_acc;
+    i32* split_cnt;
+    i32 split_cap;
+    i32 k_chunk;
+    i32 split_max_items;
+    i32 order_window;
 };
-static_assert(sizeof(DecodeParams) == 144, "DecodeParams layout is shared with kiln");
+static_assert(sizeof(DecodeParams) == 184, "DecodeParams layout is shared with kiln");
 static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, out) == 120, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, counters) == 136, "DecodeParams layout");
+
+struct CombineParams {
+    const u16* rows;  // bf16 [*, rows_stride]
+    i32 rows_stride;
+    const i32* slot_pos;  // [num_tokens * topk]
+    i32 num_tokens;
+    i32 topk;
+    i32 n;
+    u16* out;  // bf16 [num_tokens, out_stride]
+    i32 out_stride;
+};
+static_assert(sizeof(CombineParams) == 56, "CombineParams layout is shared with kiln");
+static_assert(__builtin_offsetof(CombineParams, out) == 40, "CombineParams layout");
 
 struct DequantParams {
     const u8* weights;
@@ -182,7 +207,7 @@ inline void record_dot(const float (&w)[16][64], const float (&xv)[kBM][64], int
         for (int row = 0; row < 16; ++row) acc[r][row] += dot64(w[row], xv[r]);
 }
 
-// kMode 0 = gate_up, 1 = down. kNPad, kKPad: the weight matrix in the layout.
+// kMode 0 = gate_up, 1 = down (combined per token), 2 = down rows. kNPad, kKPad: the weight matrix in the layout.
 template <int kFormat, int kMode, int kAct, int kBM, int kNPad, int kKPad>
 inline void gemm(const kiln_host_ctx* ctx, const DecodeParams& p) {
     static_assert(kNPad % (16 * kBlocks) == 0 && kKPad % 64 == 0, "layout geometry");
@@ -226,6 +251,23 @@ inline void gemm(const kiln_host_ctx* ctx, const DecodeParams& p) {
                     for (int r = 0; r < valid; ++r)
                         p.inter[(static_cast<i64>(mb) * kBM + r) * p.inter_stride + col] =
                             f32_to_bf16(glu<kAct>(acc[r][g], acc[r][g + 8]));
+                }
+            }
+        };
+        parallel_for(ctx, static_cast<i64>(nmb) * kRowBlocks, 0, items);
+    } else if constexpr (kMode == 2) {
+        auto items = [&](i64 b, i64 e) {
+            float acc[kBM][16];
+            for (i64 it = b; it < e; ++it) {
+                const int mb = static_cast<int>(it / kRowBlocks), rb = static_cast<int>(it % kRowBlocks);
+                const int valid = accumulate(mb, rb, acc);
+                const i64 n0 = static_cast<i64>(rb) * 16;
+                for (int r = 0; r < valid; ++r) {
+                    const i64 slot = static_cast<i64>(mb) * kBM + r;
+                    const float wt = p.sorted_weight[slot];
+                    u16* o = p.out + slot * p.out_stride;
+                    for (int row = 0; row < 16; ++row)
+                        if (n0 + row < p.n_real) o[n0 + row] = f32_to_bf16(wt * acc[r][row]);
                 }
             }
         };
@@ -295,14 +337,41 @@ inline void routing(const kiln_host_ctx*, const RoutingParams& p) {
     for (int e = 0; e < kExperts; ++e) cnt[e] = 0;
     for (i64 s = 0; s < slots; ++s) {
         const i32 e = p.topk_ids[s];
-        if (static_cast<u32>(e) >= static_cast<u32>(kExperts)) continue;
-        const i64 r = static_cast<i64>(off[e]) * kBlockM + cnt[e]++;
-        if (r < rows) {
-            p.sorted_token[r] = static_cast<i32>(s / p.topk);
-            p.sorted_weight[r] = p.topk_weights[s];
+        i32 where = -1;
+        if (static_cast<u32>(e) < static_cast<u32>(kExperts)) {
+            const i64 r = static_cast<i64>(off[e]) * kBlockM + cnt[e]++;
+            if (r < rows) {
+                p.sorted_token[r] = static_cast<i32>(s / p.topk);
+                p.sorted_weight[r] = p.topk_weights[s];
+                where = static_cast<i32>(r);
+            }
         }
+        if (p.slot_pos) p.slot_pos[s] = where;
     }
     *p.num_mblocks = total;
+}
+
+// out[t, :] = sum over t's slots j (in slot order) of rows[slot_pos[t, j], :], fp32, one bf16 rounding.
+inline void combine(const kiln_host_ctx* ctx, const CombineParams& p) {
+    auto tokens = [&](i64 b, i64 e) {
+        float acc[256];
+        for (i64 t = b; t < e; ++t) {
+            const i32* pos = p.slot_pos + t * p.topk;
+            u16* o = p.out + t * p.out_stride;
+            for (i64 c0 = 0; c0 < p.n; c0 += 256) {
+                const int w = p.n - c0 < 256 ? static_cast<int>(p.n - c0) : 256;
+                for (int c = 0; c < w; ++c) acc[c] = 0.0f;
+                for (int j = 0; j < p.topk; ++j) {
+                    const i32 r = pos[j];
+                    if (r < 0) continue;
+                    const u16* row = p.rows + static_cast<i64>(r) * p.rows_stride + c0;
+                    for (int c = 0; c < w; ++c) acc[c] += bf16_to_f32(row[c]);
+                }
+                for (int c = 0; c < w; ++c) o[c0 + c] = f32_to_bf16(acc[c]);
+            }
+        }
+    };
+    parallel_for(ctx, p.num_tokens, 0, tokens);
 }
 
 template <int kFormat, int kNPad, int kKPad>

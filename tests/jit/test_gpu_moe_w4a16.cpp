@@ -3,7 +3,9 @@
 // reference (checkpoint weights dequantised exactly, routed, accumulated in double) within bf16
 // tolerance, for both formats and activations, skewed routings, empty experts, a hot expert, tokens with
 // no local expert, odd sizes and 1 to 16k tokens. Outputs are poisoned (NaN) before every run, and
-// every case runs twice (the layer must leave its accumulator and counters clean).
+// every case runs twice (the layer must leave its accumulator and counters clean) under each layer
+// configuration: the automatic choices, static and dynamic schedules (chosen K chunks, one-stage items
+// with an odd claim window), fp32-atomic and rows + combine down paths.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -223,37 +225,61 @@ void run_case(const Case& c) {
     });
 
     DeviceMoeWeights dgu = DeviceMoeWeights::upload(wgu), ddn = DeviceMoeWeights::upload(wdn);
-    MoeW4A16Options opt;
-    opt.act = c.act;
-    opt.topk = c.topk;
-    opt.max_tokens = c.tokens;
-    opt.tiles = c.tiles;
-    MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
     DeviceBuffer dx = to_device(x), dids = to_device(r.ids), dw = to_device(r.weights);
     DeviceBuffer dout(size_t(c.tokens) * c.hidden * 2);
     const int64_t m = c.tokens;
     Stream s;
-    for (int rep = 0; rep < 2; ++rep) {
-        CAPTURE(rep);
-        fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
-        layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
-                      dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
-        s.synchronize();
-        const std::vector<uint16_t> got = to_host<uint16_t>(dout);
-        double num = 0, den = 0;
-        long nans = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const float g = bf16_to_float(got[i]);
-            if (!std::isfinite(g)) {
-                ++nans;
-                continue;
+    using P = MoeW4A16SchedulePick;
+    struct Config {
+        const char* name;
+        P gate_up, down;
+        int gate_up_chunk, down_chunk, window;
+        int64_t rows_min;
+    };
+    const Config configs[] = {
+        {"automatic (the defaults)", P::automatic, P::automatic, 0, -1, 1, 256},
+        {"static, atomics", P::static_shares, P::static_shares, 0, -1, 1, -1},
+        {"dynamic, chosen chunks", P::dynamic, P::dynamic, -1, -1, 1, -1},
+        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1},
+        {"static, rows + combine", P::static_shares, P::static_shares, 0, -1, 1, 0},
+        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0},
+    };
+    for (const Config& cfg : configs) {
+        CAPTURE(cfg.name);
+        MoeW4A16Options opt;
+        opt.act = c.act;
+        opt.topk = c.topk;
+        opt.max_tokens = c.tokens;
+        opt.tiles = c.tiles;
+        opt.gate_up_schedule = cfg.gate_up;
+        opt.down_schedule = cfg.down;
+        opt.gate_up_k_chunk = cfg.gate_up_chunk;
+        opt.down_k_chunk = cfg.down_chunk;
+        opt.order_window = cfg.window;
+        opt.rows_combine_min = cfg.rows_min;
+        MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
+        for (int rep = 0; rep < 2; ++rep) {
+            CAPTURE(rep);
+            fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
+            layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
+                          dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
+            s.synchronize();
+            const std::vector<uint16_t> got = to_host<uint16_t>(dout);
+            double num = 0, den = 0;
+            long nans = 0;
+            for (size_t i = 0; i < ref.size(); ++i) {
+                const float g = bf16_to_float(got[i]);
+                if (!std::isfinite(g)) {
+                    ++nans;
+                    continue;
+                }
+                num += (g - ref[i]) * (g - ref[i]);
+                den += ref[i] * ref[i];
             }
-            num += (g - ref[i]) * (g - ref[i]);
-            den += ref[i] * ref[i];
+            const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+            CHECK(nans == 0);
+            CHECK(err <= 1e-2);
         }
-        const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-        CHECK(nans == 0);
-        CHECK(err <= 1e-2);
     }
 }
 
@@ -325,6 +351,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
         {"4096 tokens", F::int4_g32_bf16, silu, 256, 128, 64, 8, 4096, "uniform", 4},
         {"16384 tokens", F::mxfp4_g32_e8m0, situ, 128, 64, 32, 4, 16384, "uniform", 4},
+        {"prefill odd K, 2048 tokens", F::int4_g32_bf16, silu, 352, 160, 12, 4, 2048, "skewed", 4},
+        {"prefill 8192 tokens", F::mxfp4_g32_e8m0, situ, 256, 96, 24, 6, 8192, "uniform", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
     };

@@ -113,22 +113,26 @@ float glu_ref(MoeActivation act, float g, float u) {
     return (4.0f * std::tanh(g / 4.0f) / (1.0f + std::exp(-g))) * (25.0f * std::tanh(u / 25.0f));
 }
 
-// The three launches of one routed-expert layer on a host stream, with the workspace sized as the
-// device layer sizes it (jit/moe_w4a16.cpp).
+// The launches of one routed-expert layer on a host stream, with the workspace sized as the device
+// layer sizes it (jit/moe_w4a16.cpp): routing, gate_up, down combined per token, or (rows) down in its
+// rows mode followed by the combine kernel.
 struct HostLayer {
-    const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr;
+    const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr, *combine = nullptr;
     moe::PreparedMoeWeights gu, dn;
     int topk = 0, max_tokens = 0, tiles = 1, cap = 0;
-    std::vector<int32_t> counts, nmb, info, sorted_token, counters;
+    bool rows = false;
+    std::vector<int32_t> counts, nmb, info, sorted_token, counters, slot_pos;
     std::vector<float> sorted_weight, acc;
-    std::vector<uint16_t> inter;
+    std::vector<uint16_t> inter, down_rows;
 
     HostLayer(HostKernelLoader& loader, const moe::PreparedMoeWeights& g, const moe::PreparedMoeWeights& d,
-              MoeActivation act, int topk_, int max_tokens_, int tiles_)
-        : gu(g), dn(d), topk(topk_), max_tokens(max_tokens_), tiles(tiles_) {
+              MoeActivation act, int topk_, int max_tokens_, int tiles_, bool rows_)
+        : gu(g), dn(d), topk(topk_), max_tokens(max_tokens_), tiles(tiles_), rows(rows_) {
         routing = &loader.get(MoeW4A16Family::routing(dn.experts, tiles, k_host));
         gate_up = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, act, tiles, k_host));
-        down = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, act, tiles, k_host));
+        down = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, act, tiles, k_host,
+                                                MoeW4A16Schedule::static_shares, rows));
+        if (rows) combine = &loader.get(MoeW4A16Family::combine(k_host));
         const int64_t slots = int64_t(max_tokens) * topk;
         const int bm = 8 * tiles;
         cap = static_cast<int>(slots / bm + std::min<int64_t>(dn.experts, slots) + 1);
@@ -140,6 +144,10 @@ struct HostLayer {
         inter.assign(size_t(cap) * bm * dn.k_pad, 0x7fc1);
         acc.assign(size_t(max_tokens) * dn.n_pad, 0.0f);
         counters.assign(dn.n_pad / 16, 0);
+        if (rows) {
+            slot_pos.assign(size_t(slots), -7);
+            down_rows.assign(size_t(cap) * bm * dn.n, 0x7fc1);
+        }
     }
 
     void forward(const std::vector<uint16_t>& x, const Routing& r, std::vector<uint16_t>& out,
@@ -156,6 +164,7 @@ struct HostLayer {
         rp.topk = topk;
         rp.num_experts = dn.experts;
         rp.mblock_cap = cap;
+        if (rows) rp.slot_pos = addr(slot_pos.data());
         launch_moe_w4a16_routing(*routing, rp, s);
 
         MoeW4A16DecodeParams g{};
@@ -192,7 +201,24 @@ struct HostLayer {
         d.out = addr(out.data());
         d.out_stride = dn.n;
         d.counters = addr(counters.data());
+        if (rows) {
+            d.acc = 0;
+            d.acc_stride = 0;
+            d.counters = 0;
+            d.out = addr(down_rows.data());
+        }
         launch_moe_w4a16_gemm(*down, d, s);
+        if (!rows) return;
+        MoeW4A16CombineParams cp{};
+        cp.rows = addr(down_rows.data());
+        cp.rows_stride = dn.n;
+        cp.slot_pos = addr(slot_pos.data());
+        cp.num_tokens = r.tokens;
+        cp.topk = topk;
+        cp.n = dn.n;
+        cp.out = addr(out.data());
+        cp.out_stride = dn.n;
+        launch_moe_w4a16_combine(*combine, cp, s);
     }
 };
 
@@ -260,7 +286,9 @@ void run_case(HostKernelLoader& loader, const Case& c) {
         }
     }
 
-    HostLayer layer(loader, wgu, wdn, c.act, c.topk, c.tokens, c.tiles);
+    for (bool rows : {false, true}) {
+    CAPTURE(rows);
+    HostLayer layer(loader, wgu, wdn, c.act, c.topk, c.tokens, c.tiles, rows);
     runtime::HostStream s;
     for (int rep = 0; rep < 2; ++rep) {
         CAPTURE(rep);
@@ -283,6 +311,7 @@ void run_case(HostKernelLoader& loader, const Case& c) {
         CHECK(err <= 1e-2);
         if (den == 0) CHECK(num == 0);  // no local expert: exact zeros
         for (float a : layer.acc) REQUIRE(a == 0.0f);  // left clean for the next call
+    }
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "jit/family_moe_w4a16.hpp"
 #include "jit/kernel_key.hpp"
+#include "jit/moe_w4a16_schedule.hpp"
 #include "jit/nvrtc.hpp"
 #include "runtime/error.hpp"
 
@@ -80,6 +81,62 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(MoeW4A16Family().device_source(r).name_expr == "&kiln_dev::moe::moe_w4a16_routing<8>");
 }
 
+TEST_CASE("moe_w4a16: dynamic schedule, rows mode of down and the combine kernel") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 2048);
+    const KernelDescriptor st = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200);
+    const KernelDescriptor g = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200,
+                                                    MoeW4A16Schedule::dynamic);
+    CHECK((g.config.flags & MoeW4A16Family::k_flag_dynamic) != 0);
+    CHECK((st.config.flags & MoeW4A16Family::k_flag_dynamic) == 0);
+    CHECK(!(g == st));  // a different kernel, a different cache key
+    CHECK(MoeW4A16Family().canonicalize(g) == g);
+    CHECK(MoeW4A16Family::kind(g) == MoeW4A16Kernel::gate_up);
+    // the item slots cost shared memory: never more stages than the static kernel, and it still fits
+    CHECK(g.config.stages <= st.config.stages);
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) <= 232448u);
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) > MoeW4A16Family().max_dynamic_smem(st) - 20000u);
+    CHECK(MoeW4A16Family().device_source(g).name_expr.find(", 1>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(st).name_expr.find(", 0>") != std::string::npos);
+
+    const KernelDescriptor r = MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::silu_glu, 4, k_h200,
+                                                    MoeW4A16Schedule::static_shares, true);
+    CHECK((r.config.flags & MoeW4A16Family::k_flag_rows) != 0);
+    CHECK(MoeW4A16Family::kind(r) == MoeW4A16Kernel::down);
+    CHECK(MoeW4A16Family().device_source(r).name_expr.find("kFormatInt4, false, 2, 0, false, 4,") != std::string::npos);
+    CHECK_THROWS_AS(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200,
+                                         MoeW4A16Schedule::static_shares, true),
+                    kiln::InvalidArgument);
+
+    const KernelDescriptor c = MoeW4A16Family::combine(k_h200);
+    CHECK(MoeW4A16Family::kind(c) == MoeW4A16Kernel::combine);
+    CHECK(MoeW4A16Family().canonicalize(c) == c);
+    CHECK(MoeW4A16Family().max_dynamic_smem(c) == 0);
+    CHECK(MoeW4A16Family().device_source(c).name_expr == "&kiln_dev::moe::moe_w4a16_combine");
+    KernelDescriptor bad = c;
+    bad.config.flags |= 1u;  // kind bits 0-1 and bit 7 together name no kernel
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+}
+
+TEST_CASE("moe_w4a16: schedule choices") {
+    // K2 EP8 decode at 20 tokens per GPU: ~48 one-block experts; 528 groups want >= 8 items each
+    const auto gu = moe::choose_decode_schedule(155, 1, 48, 8, 4096, 7168, 2, 528);
+    CHECK(gu.k_chunk > 0);
+    CHECK(gu.k_chunk % 2 == 0);
+    CHECK(gu.k_chunk < 112);
+    const int splits = (112 + gu.k_chunk - 1) / gu.k_chunk;
+    CHECK(48.0 * 32 * splits >= 8 * 528 * 0.9);
+    CHECK(gu.split_max_items == 8 * 528);
+    // prefill-sized problems have items enough: no split
+    CHECK(moe::choose_decode_schedule(65536, 8, 384, 32, 512, 7168, 2, 528).k_chunk == 0);
+    // never below the minimum chunk, and odd record counts stay whole records per stage
+    const auto k3 = moe::choose_decode_schedule(1, 16, 112, 8, 3584, 3072, 2, 528);
+    CHECK((k3.k_chunk == 0 || k3.k_chunk >= 8));
+    const auto odd = moe::choose_decode_schedule(1, 2, 4, 8, 128, 192, 1, 528);
+    CHECK(odd.k_chunk == 0);  // three records: nothing to split at a minimum of eight
+    CHECK(moe::split_scratch_items(1 << 30, 32) == (64 << 20) / (128 * 32 * 4));
+}
+
 TEST_CASE("moe_w4a16: bad descriptors and prefill-packed weights are refused") {
     const auto pre = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::prefill_mma16, true, 256, 512);
     try {
@@ -140,6 +197,13 @@ TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
                 "moe_w4a16_decode");
     check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::situ_glu, 4, k_h200)),
                 "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 2, k_h200,
+                                             MoeW4A16Schedule::dynamic)),
+                "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 4, k_h200,
+                                             MoeW4A16Schedule::dynamic, true)),
+                "moe_w4a16_decode");
+    check_cubin(compile(MoeW4A16Family::combine(k_h200)), "moe_w4a16_combine");
     check_cubin(compile(MoeW4A16Family::routing(384, 2, k_h200)), "moe_w4a16_routing");
     check_cubin(compile(MoeW4A16Family::dequant(dn, k_h200)), "moe_w4a16_dequant");
 }

@@ -1,0 +1,71 @@
+// moe_w4a16 top-k combine (indexed mode): out[t, :] = sum over t's local slots j of rows[pos(t, j), :],
+// where rows are the router-weighted bf16 outputs of the down GEMM in its rows mode (one row per sorted
+// position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). Sums in fp32
+// in slot order (deterministic), one bf16 rounding; a token with no local slot gets a zero row. One
+// token per CTA iteration (grid-stride), 8 columns per thread.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "device/prelude.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+struct CombineParams {
+    const __nv_bfloat16* rows;  // [*, rows_stride]
+    i32 rows_stride;
+    const i32* slot_pos;        // [num_tokens * topk]
+    i32 num_tokens;
+    i32 topk;
+    i32 n;                      // columns
+    __nv_bfloat16* out;         // [num_tokens, out_stride]
+    i32 out_stride;
+};
+
+constexpr int kCombineThreads = 128;
+
+__global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const CombineParams p) {
+    const bool vec = (p.n % 8) == 0 && (p.rows_stride % 8) == 0 && (p.out_stride % 8) == 0;
+    for (int tok = blockIdx.x; tok < p.num_tokens; tok += gridDim.x) {
+        const i32* pos = p.slot_pos + static_cast<long long>(tok) * p.topk;
+        __nv_bfloat16* orow = p.out + static_cast<long long>(tok) * p.out_stride;
+        if (vec) {
+            for (int c = threadIdx.x * 8; c < p.n; c += kCombineThreads * 8) {
+                float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                for (int j = 0; j < p.topk; ++j) {
+                    const int r = __ldg(pos + j);
+                    if (r < 0) continue;
+                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p.rows + static_cast<long long>(r) * p.rows_stride + c));
+                    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&w[q]);
+                        const float2 f = __bfloat1622float2(b);
+                        acc[2 * q] += f.x;
+                        acc[2 * q + 1] += f.y;
+                    }
+                }
+                u32 o[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+                    o[q] = *reinterpret_cast<const u32*>(&b);
+                }
+                *reinterpret_cast<uint4*>(orow + c) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+        } else {
+            for (int c = threadIdx.x; c < p.n; c += kCombineThreads) {
+                float acc = 0.f;
+                for (int j = 0; j < p.topk; ++j) {
+                    const int r = __ldg(pos + j);
+                    if (r >= 0) acc += __bfloat162float(p.rows[static_cast<long long>(r) * p.rows_stride + c]);
+                }
+                orow[c] = __float2bfloat16(acc);
+            }
+        }
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev
