@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <span>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,9 +23,11 @@
 #include "cache/store.hpp"
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
+#include "jit/family_moe_w4a16.hpp"
 #include "jit/host_compiler.hpp"
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
+#include "jit/moe_w4a16_weights.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/error.hpp"
 #include "runtime/host_executor.hpp"
@@ -118,6 +123,160 @@ void plain_fp32_gemv(const uint16_t* x, int m, const int32_t* packed, const uint
         }
 }
 
+// A routed-expert layer on the host: MXFP4 weights repacked for the kernels, and the plain fp32 form a
+// straightforward implementation keeps (weights dequantised once at load, scalar loops at run time).
+struct HostMoeLayer {
+    static constexpr int k_experts = 8, k_topk = 2, k_hidden = 2048, k_inter = 1024, k_tiles = 1;
+    moe::PreparedMoeWeights gu, dn;
+    std::vector<float> w_gu, w_dn;  // [e][2I][H] (gate rows, then up rows), [e][H][I]
+    const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr;
+    int cap = 0;
+    std::vector<int32_t> counts, nmb, info, sorted_token, counters;
+    std::vector<float> sorted_weight, acc;
+    std::vector<uint16_t> inter;
+
+    static std::vector<KernelDescriptor> descriptors(const moe::PreparedMoeWeights& gu, const moe::PreparedMoeWeights& dn,
+                                                     Target t) {
+        return {MoeW4A16Family::routing(k_experts, k_tiles, t),
+                MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::situ_glu, k_tiles, t),
+                MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, k_tiles, t)};
+    }
+
+    explicit HostMoeLayer(std::mt19937_64& rng) {
+        std::vector<std::vector<std::byte>> packed(3 * k_experts), scale(3 * k_experts);
+        auto fill = [&](int idx, int n, int k) {
+            packed[idx].resize(static_cast<size_t>(n) * k / 2);
+            for (auto& b : packed[idx]) b = std::byte(rng());
+            scale[idx].resize(static_cast<size_t>(n) * k / 32);
+            for (auto& b : scale[idx]) b = std::byte(117 + rng() % 5);
+        };
+        for (int e = 0; e < k_experts; ++e) {
+            fill(3 * e, k_inter, k_hidden);
+            fill(3 * e + 1, k_inter, k_hidden);
+            fill(3 * e + 2, k_hidden, k_inter);
+        }
+        const auto fmt4 = moe::W4Format::mxfp4_g32_e8m0;
+        gu = moe::prepare_moe_weights(fmt4, moe::W4Layout::decode_mma16, true, k_experts, k_inter, k_hidden,
+                                      [&](int e, int part) { return moe::CheckpointMatrix{packed[3 * e + part], scale[3 * e + part]}; });
+        dn = moe::prepare_moe_weights(fmt4, moe::W4Layout::decode_mma16, false, k_experts, k_hidden, k_inter,
+                                      [&](int e, int) { return moe::CheckpointMatrix{packed[3 * e + 2], scale[3 * e + 2]}; });
+        const size_t per_gu = size_t(2) * k_inter * k_hidden, per_dn = size_t(k_hidden) * k_inter;
+        w_gu.resize(per_gu * k_experts);
+        w_dn.resize(per_dn * k_experts);
+        for (int e = 0; e < k_experts; ++e) {
+            moe::dequantize_prepared(gu, e, std::span<float>(w_gu.data() + per_gu * e, per_gu));
+            moe::dequantize_prepared(dn, e, std::span<float>(w_dn.data() + per_dn * e, per_dn));
+        }
+    }
+
+    void load(HostKernelLoader& loader, int max_tokens) {
+        const auto d = descriptors(gu, dn, Target::host_target());
+        routing = &loader.get(d[0]);
+        gate_up = &loader.get(d[1]);
+        down = &loader.get(d[2]);
+        const int64_t slots = int64_t(max_tokens) * k_topk, bm = 8 * k_tiles;
+        cap = static_cast<int>(slots / bm + std::min<int64_t>(k_experts, slots) + 1);
+        counts.assign(k_experts, 0);
+        nmb.assign(1, 0);
+        info.assign(size_t(cap) * 2, 0);
+        sorted_token.assign(size_t(cap) * bm, 0);
+        sorted_weight.assign(size_t(cap) * bm, 0.f);
+        inter.assign(size_t(cap) * bm * dn.k_pad, 0);
+        acc.assign(size_t(max_tokens) * dn.n_pad, 0.f);
+        counters.assign(dn.n_pad / 16, 0);
+    }
+
+    template <typename T>
+    static CUdeviceptr addr(T* p) {
+        return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+    }
+
+    // Routing, gate_up and down in order; `run(kernel, params, bytes)` runs or enqueues one.
+    template <typename Run>
+    void forward(const std::vector<uint16_t>& x, const std::vector<int32_t>& ids, const std::vector<float>& wts,
+                 int tokens, std::vector<uint16_t>& out, Run&& run) {
+        MoeW4A16RoutingParams rp{};
+        rp.topk_ids = addr(ids.data());
+        rp.topk_weights = addr(wts.data());
+        rp.expert_count = addr(counts.data());
+        rp.num_mblocks = addr(nmb.data());
+        rp.mblock_info = addr(info.data());
+        rp.sorted_token = addr(sorted_token.data());
+        rp.sorted_weight = addr(sorted_weight.data());
+        rp.num_tokens = tokens;
+        rp.topk = k_topk;
+        rp.num_experts = k_experts;
+        rp.mblock_cap = cap;
+        run(*routing, rp);
+        MoeW4A16DecodeParams g{};
+        g.weights = addr(gu.bytes.data());
+        g.expert_stride = gu.expert_stride;
+        g.x = addr(x.data());
+        g.x_stride = k_hidden;
+        g.k_real = gu.k;
+        g.k_pad = gu.k_pad;
+        g.n_pad = gu.n_pad;
+        g.n_real = gu.n_pad;
+        g.num_mblocks = rp.num_mblocks;
+        g.mblock_info = rp.mblock_info;
+        g.sorted_token = rp.sorted_token;
+        g.sorted_weight = rp.sorted_weight;
+        g.num_tokens = tokens;
+        g.inter = addr(inter.data());
+        g.inter_stride = dn.k_pad;
+        run(*gate_up, g);
+        MoeW4A16DecodeParams d = g;
+        d.weights = addr(dn.bytes.data());
+        d.expert_stride = dn.expert_stride;
+        d.x = addr(inter.data());
+        d.x_stride = dn.k_pad;
+        d.k_real = dn.k;
+        d.k_pad = dn.k_pad;
+        d.n_pad = dn.n_pad;
+        d.n_real = dn.n;
+        d.inter = 0;
+        d.inter_stride = 0;
+        d.acc = addr(acc.data());
+        d.acc_stride = dn.n_pad;
+        d.out = addr(out.data());
+        d.out_stride = k_hidden;
+        d.counters = addr(counters.data());
+        run(*down, d);
+    }
+
+    // The plain implementation: per token and slot, h = SiTU-GLU(Wg x, Wu x), out += w * Wd h.
+    void plain(const std::vector<uint16_t>& x, const std::vector<int32_t>& ids, const std::vector<float>& wts,
+               int tokens, std::vector<float>& out) const {
+        std::vector<float> xf(k_hidden), h(k_inter), o(k_hidden);
+        for (int t = 0; t < tokens; ++t) {
+            for (int k = 0; k < k_hidden; ++k) xf[k] = runtime::bf16_to_float(x[size_t(t) * k_hidden + k]);
+            std::fill(o.begin(), o.end(), 0.f);
+            for (int j = 0; j < k_topk; ++j) {
+                const int e = ids[size_t(t) * k_topk + j];
+                if (e < 0 || e >= k_experts) continue;
+                const float* wg = w_gu.data() + size_t(e) * 2 * k_inter * k_hidden;
+                const float* wu = wg + size_t(k_inter) * k_hidden;
+                for (int i = 0; i < k_inter; ++i) {
+                    float g = 0.f, u = 0.f;
+                    for (int k = 0; k < k_hidden; ++k) {
+                        g += wg[size_t(i) * k_hidden + k] * xf[k];
+                        u += wu[size_t(i) * k_hidden + k] * xf[k];
+                    }
+                    h[i] = runtime::bf16_to_float(runtime::float_to_bf16(
+                        4.f * std::tanh(g / 4.f) / (1.f + std::exp(-g)) * (25.f * std::tanh(u / 25.f))));
+                }
+                const float* wd = w_dn.data() + size_t(e) * k_hidden * k_inter;
+                for (int n = 0; n < k_hidden; ++n) {
+                    float a = 0.f;
+                    for (int i = 0; i < k_inter; ++i) a += wd[size_t(n) * k_inter + i] * h[i];
+                    o[n] += wts[size_t(t) * k_topk + j] * a;
+                }
+            }
+            std::copy(o.begin(), o.end(), out.begin() + size_t(t) * k_hidden);
+        }
+    }
+};
+
 struct CompileRow {
     std::string kernel;
     HostCompileStats cold, warm;
@@ -140,7 +299,9 @@ void run(const BenchOptions& o) {
     cache::Store store(so);
 
     const Target host = Target::host_target();
-    const std::vector<KernelDescriptor> kernels = {
+    std::mt19937_64 rng(42);
+    HostMoeLayer moe_layer(rng);
+    std::vector<KernelDescriptor> kernels = {
         MoeRoutingFamily::descriptor(896, 16, host, 16),      // K3: 896 experts, top-16
         MoeRoutingFamily::descriptor(384, 8, host, 64),       // K2: 384 experts, top-8
         DequantGemvFamily::descriptor(1, 2048, 7168, host),   // K2 expert gate/up rows, decode
@@ -148,6 +309,8 @@ void run(const BenchOptions& o) {
         DequantGemvFamily::descriptor(8, 3584, 7168, host),   // K3 latent down-projection, batch 8
         DequantGemvFamily::descriptor(16, 4096, 4096, host),  // square, batch 16
     };
+    const size_t first_moe = kernels.size();
+    for (const auto& d : HostMoeLayer::descriptors(moe_layer.gu, moe_layer.dn, host)) kernels.push_back(d);
 
     // 1. Cold compiles, then warm loads by a second loader on the same store.
     std::vector<CompileRow> compile_rows;
@@ -171,7 +334,6 @@ void run(const BenchOptions& o) {
     runtime::HostStream stream;  // the process pool (KILN_HOST_THREADS)
     DirectRunner direct;
     std::vector<SpeedRow> speed;
-    std::mt19937_64 rng(42);
 
     {
         const KernelDescriptor& d = kernels[0];
@@ -206,7 +368,7 @@ void run(const BenchOptions& o) {
             speed.push_back(r);
         }
     }
-    for (size_t i = 2; i < kernels.size(); ++i) {
+    for (size_t i = 2; i < first_moe; ++i) {
         const KernelDescriptor& d = kernels[i];
         const LoadedKernel& k = loader.get(d);
         const int m = d.m, n = d.n, kk = d.k;
@@ -240,6 +402,59 @@ void run(const BenchOptions& o) {
         if (!(worst < 0.05)) throw Error(fmt::format("kiln bench host: dequant_gemv differs from the reference ({})", worst));
         r.bytes = static_cast<double>(packed.size() * 4 + scale.size() * 2 + x.size() * 2 + y.size() * 2);
         speed.push_back(r);
+    }
+
+    {
+        HostMoeLayer& L = moe_layer;
+        constexpr int H = HostMoeLayer::k_hidden, K = HostMoeLayer::k_topk, E = HostMoeLayer::k_experts;
+        L.load(loader, 64);
+        for (int tokens : {1, 8, 64}) {
+            std::normal_distribution<float> nd(0.f, 1.f);
+            std::vector<uint16_t> x(size_t(tokens) * H), out(size_t(tokens) * H);
+            for (auto& v : x) v = runtime::float_to_bf16(nd(rng));
+            std::vector<int32_t> ids(size_t(tokens) * K);
+            std::vector<float> wts(ids.size());
+            std::uniform_real_distribution<float> wd(0.05f, 1.f);
+            for (int t = 0; t < tokens; ++t) {
+                const int first = static_cast<int>(rng() % E);
+                ids[size_t(t) * K] = first;
+                ids[size_t(t) * K + 1] = (first + 1 + static_cast<int>(rng() % (E - 1))) % E;
+                wts[size_t(t) * K] = wd(rng);
+                wts[size_t(t) * K + 1] = wd(rng);
+            }
+            std::vector<float> ref(out.size());
+            SpeedRow r;
+            r.kernel = fmt::format("moe_w4a16 mxfp4 H={} I={} {}x{}", H, HostMoeLayer::k_inter, E, K);
+            r.shape = fmt::format("tokens={}", tokens);
+            r.reference_ms = measure([&] { L.plain(x, ids, wts, tokens, ref); }, o.min_seconds).cpu_ms;
+            r.jit_ms = measure([&] {
+                L.forward(x, ids, wts, tokens, out, [&](const LoadedKernel& k, const auto& p) { direct(k, &p); });
+            }, o.min_seconds).cpu_ms;
+            r.launch_ms = measure([&] {
+                L.forward(x, ids, wts, tokens, out, [&](const LoadedKernel& k, const auto& p) {
+                    if constexpr (std::is_same_v<std::decay_t<decltype(p)>, MoeW4A16RoutingParams>)
+                        launch_moe_w4a16_routing(k, p, stream);
+                    else
+                        launch_moe_w4a16_gemm(k, p, stream);
+                });
+                stream.synchronize();
+            }, o.min_seconds).wall_ms;
+            double num = 0, den = 0;
+            for (size_t j = 0; j < out.size(); ++j) {
+                const double dlt = runtime::bf16_to_float(out[j]) - ref[j];
+                num += dlt * dlt;
+                den += double(ref[j]) * ref[j];
+            }
+            if (!(std::sqrt(num / std::max(den, 1e-30)) < 2e-2))
+                throw Error(fmt::format("kiln bench host: moe_w4a16 differs from the plain implementation (rel {:.3g})",
+                                        std::sqrt(num / std::max(den, 1e-30))));
+            std::vector<int> touched(E, 0);
+            for (int id : ids) touched[id] = 1;
+            const int te = std::accumulate(touched.begin(), touched.end(), 0);
+            r.bytes = static_cast<double>(te) * static_cast<double>(L.gu.expert_stride + L.dn.expert_stride) +
+                      4.0 * tokens * H;
+            speed.push_back(r);
+        }
     }
 
     const unsigned threads = stream.pool().threads();
@@ -288,7 +503,8 @@ void run(const BenchOptions& o) {
                    c.cold.object_bytes / 1024.0, c.warm.load_ms);
     fmt::print("(milliseconds; clang/O3/codegen/total/warm are wall time, cpu is process CPU time of the cold compile)\n\n");
     fmt::print("Speed: milliseconds per call (median). reference = the family's reference implementation, plain = a "
-               "scalar fp32 loop compiled into kiln,\nJIT = the host kernel called directly; all three on one thread, "
+               "scalar fp32 loop compiled into kiln (moe_w4a16: its reference\nis that plain loop over "
+               "weights dequantised to fp32 at load),\nJIT = the host kernel called directly; all three on one thread, "
                "in process CPU time. launch = host stream launch + synchronize on the pool, wall time.\n");
     fmt::print("{:<32} {:<11} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7}\n", "kernel", "shape", "reference",
                "plain", "JIT", "launch", "xref 1t", "xplain", "xref", "GB/s 1t");

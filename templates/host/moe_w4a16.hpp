@@ -188,23 +188,83 @@ inline float glu(float gate, float up) {
     }
 }
 
-// 64 activations of one row starting at input k0 (bf16 -> fp32), zero at and past k_real.
-inline void load_x64(const u16* row, i64 k0, i64 k_real, float (&xv)[64]) {
-    for (int i = 0; i < 64; ++i) xv[i] = k0 + i < k_real ? bf16_to_f32(row[k0 + i]) : 0.0f;
+// The GEMMs work in fragment order, 8 floats per vector (clang vector extension; the backend picks the
+// host's widest units). Lane (g, t) of a row-block holds 8 halves [s0h0 s0h1 s1h0 s1h1 s2h0 s2h1 s3h0 s3h1]
+// (s = word, h = 16-bit half); value m (0..3) of a half belongs to layout row g + 8 (m & 1) and input
+// 16 s + 2 t + 8 (m >> 1) + h, and its scale group is s >> 1: vector elements 0-3 use group 0, 4-7
+// group 1. So one lane and one m decode to one vector, multiplied by a vector of the token's inputs
+// permuted the same way; the row's sum is reduced once at the end of K.
+typedef float f32x8 __attribute__((ext_vector_type(8)));
+typedef u32 u32x8 __attribute__((ext_vector_type(8)));
+typedef i32 i32x8 __attribute__((ext_vector_type(8)));
+
+inline float hsum(f32x8 v) {
+    const float a = (v.s0 + v.s4) + (v.s1 + v.s5), b = (v.s2 + v.s6) + (v.s3 + v.s7);
+    return a + b;
 }
 
-inline float dot64(const float* a, const float* b) {
-#pragma clang fp reassociate(on)
-    float s = 0.0f;
-    for (int k = 0; k < 64; ++k) s += a[k] * b[k];
-    return s;
+// The 64 inputs of a record (bf16, zero at and past k_real) permuted for lane t and half-index mh = m >> 1:
+// xp[t * 2 + mh][2 s + h] = x[16 s + 2 t + 8 mh + h].
+inline void permute_x64(const u16* row, i64 k0, i64 k_real, f32x8 (&xp)[8]) {
+    float xv[64];
+    if (k0 + 64 <= k_real) {
+        for (int i = 0; i < 64; ++i) xv[i] = bf16_to_f32(row[k0 + i]);
+    } else {
+        for (int i = 0; i < 64; ++i) xv[i] = k0 + i < k_real ? bf16_to_f32(row[k0 + i]) : 0.0f;
+    }
+    for (int t = 0; t < 4; ++t)
+        for (int mh = 0; mh < 2; ++mh)
+            for (int e = 0; e < 8; ++e) xp[t * 2 + mh][e] = xv[16 * (e >> 1) + 2 * t + 8 * mh + (e & 1)];
 }
 
-// acc[r][row] += sum_k w[row][k] * x[r][k] over one record, for the valid rows of one m-block.
-template <int kBM>
-inline void record_dot(const float (&w)[16][64], const float (&xv)[kBM][64], int valid, float (&acc)[kBM][16]) {
-    for (int r = 0; r < valid; ++r)
-        for (int row = 0; row < 16; ++row) acc[r][row] += dot64(w[row], xv[r]);
+// Row-block `blk` of one record: decoded vectors dec[g][m][t] (exact bf16 values, as decode_block).
+template <int kFormat>
+inline void decode_vectors(const u8* rec, int blk, f32x8 (&dec)[8][4][4]) {
+    const u8* wb = rec + blk * 512;
+    const u8* sb = rec + Record<kFormat>::kWeightBytes + blk * Record<kFormat>::kScaleBytesPerBlock;
+    for (int g = 0; g < 8; ++g) {
+        f32x8 sc[2];  // parity 0 (row g), 1 (row g + 8)
+        for (int par = 0; par < 2; ++par) {
+            float s0, s1;
+            if constexpr (kFormat == kFormatInt4) {
+                u16 b0, b1;
+                __builtin_memcpy(&b0, sb + g * 8 + 2 * par, 2);
+                __builtin_memcpy(&b1, sb + g * 8 + 2 * (2 + par), 2);
+                s0 = bf16_to_f32(b0);
+                s1 = bf16_to_f32(b1);
+            } else {
+                s0 = e8m0(sb[g * 4 + par]);
+                s1 = e8m0(sb[g * 4 + 2 + par]);
+            }
+            sc[par] = f32x8{s0, s0, s0, s0, s1, s1, s1, s1};
+        }
+        for (int t = 0; t < 4; ++t) {
+            u16 halves[8];
+            __builtin_memcpy(halves, wb + (4 * g + t) * 16, 16);
+            u32x8 v;
+            for (int e = 0; e < 8; ++e) v[e] = halves[e];
+            for (int m = 0; m < 4; ++m) {
+                f32x8 val;
+                if constexpr (kFormat == kFormatInt4) {
+                    const i32x8 code = __builtin_convertvector((v >> (4 * m)) & 0xfu, i32x8) - 8;
+                    const f32x8 prod = __builtin_convertvector(code, f32x8) * sc[m & 1];
+                    u32x8 bits = __builtin_bit_cast(u32x8, prod);
+                    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;  // nearest-even bf16
+                    val = __builtin_bit_cast(f32x8, bits);
+                } else {
+                    // E2M1 (e, m) -> fp32 bits: e > 0: 2^(e-1) (1 + m/2); e == 0: m / 2.
+                    const u32x8 mag = (v >> (3 * m)) & 7u;
+                    const u32x8 ex = mag >> 1, mb = mag & 1u;
+                    const u32x8 normal = ((ex + 126u) << 23) | (mb << 22);
+                    const u32x8 sub = mb * 0x3f000000u;
+                    const u32x8 is_normal = __builtin_convertvector(ex != 0u, u32x8);
+                    const u32x8 bits = (normal & is_normal) | (sub & ~is_normal) | (((v >> (12 + m)) & 1u) << 31);
+                    val = __builtin_bit_cast(f32x8, bits) * sc[m & 1];
+                }
+                dec[g][m][t] = val;
+            }
+        }
+    }
 }
 
 // kMode 0 = gate_up, 1 = down (combined per token), 2 = down rows. kNPad, kKPad: the weight matrix in the layout.
@@ -221,8 +281,6 @@ inline void gemm(const kiln_host_ctx* ctx, const DecodeParams& p) {
     auto accumulate = [&](int mb, int rb, float (&acc)[kBM][16]) -> int {
         const I32x2 info = p.mblock_info[mb];
         const int e = info.x, valid = min(info.y, kBM);
-        for (int r = 0; r < kBM; ++r)
-            for (int row = 0; row < 16; ++row) acc[r][row] = 0.0f;
         if (valid <= 0) return 0;
         const u16* xrow[kBM];
         for (int r = 0; r < valid; ++r) {
@@ -230,13 +288,25 @@ inline void gemm(const kiln_host_ctx* ctx, const DecodeParams& p) {
             xrow[r] = p.x + src * p.x_stride;
         }
         const u8* base = p.weights + static_cast<u64>(e) * p.expert_stride + static_cast<u64>(rb / kBlocks) * kQ * kRec;
-        float w[16][64];
-        float xv[kBM][64];
+        f32x8 vacc[kBM][16];
+        for (int r = 0; r < valid; ++r)
+            for (int row = 0; row < 16; ++row) vacc[r][row] = 0.0f;
+        f32x8 dec[8][4][4];
+        f32x8 xp[8];
         for (int q = 0; q < kQ; ++q) {
-            decode_block<kFormat>(base + q * kRec, rb % kBlocks, w);
-            for (int r = 0; r < valid; ++r) load_x64(xrow[r], static_cast<i64>(q) * 64, k_real, xv[r]);
-            record_dot<kBM>(w, xv, valid, acc);
+            decode_vectors<kFormat>(base + q * kRec, rb % kBlocks, dec);
+            for (int r = 0; r < valid; ++r) {
+                permute_x64(xrow[r], static_cast<i64>(q) * 64, k_real, xp);
+                for (int g = 0; g < 8; ++g)
+                    for (int m = 0; m < 4; ++m) {
+                        f32x8 a = vacc[r][g + 8 * (m & 1)];
+                        for (int t = 0; t < 4; ++t) a += dec[g][m][t] * xp[t * 2 + (m >> 1)];
+                        vacc[r][g + 8 * (m & 1)] = a;
+                    }
+            }
         }
+        for (int r = 0; r < valid; ++r)
+            for (int row = 0; row < 16; ++row) acc[r][row] = hsum(vacc[r][row]);
         return valid;
     };
 
