@@ -11,6 +11,7 @@ flags=(-std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo
        -I"$root/templates" -I"$root/templates/device" -I"$root" -Xcompiler -pthread -Xptxas -v)
 srcs=("$root/scripts/moe-dev/moe_harness.cu" "$root/scripts/moe-dev/kernels_int4.cu"
       "$root/scripts/moe-dev/kernels_mxfp4.cu" "$root/scripts/moe-dev/kernels_mxfp4w.cu"
+      "$root/scripts/moe-dev/kernels_prefill_int4.cu" "$root/scripts/moe-dev/kernels_prefill_mxfp4.cu"
       "$root/jit/moe_w4a16_weights.cpp")
 printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
   'f={}; b=$(basename "$f"); "$0" "$@" -c "$f" -o "'"$out"'/obj/$b.o" 2> "'"$out"'/obj/$b.log" || { cat "'"$out"'/obj/$b.log" >&2; exit 255; }' \

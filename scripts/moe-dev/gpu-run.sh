@@ -4,6 +4,9 @@
 # passed, then the Humming baseline on the same routing with whatever time is left; the comparison
 # table is printed last.
 #   gpu-run.sh HARNESS_DIR WHEEL_DIR        (BUDGET seconds, default 250)
+# Environment: VARIANTS (checked), DECODE_VARIANTS / PREFILL_VARIANTS (benchmarked; prefill GEMM variants
+# p64/p128/pauto in PREFILL_VARIANTS also run on decode scenarios with >= 8 rows per expert), ONLY
+# (comma-separated scenario-name substrings to benchmark), SMALL_S / REAL_S / BENCH_S (time limits).
 # $OUT receives at most six files: tests.log, bench.log, kiln.json, humming.log, humming.json, gpu.txt.
 # HARNESS_DIR holds moe_harness (scripts/moe-dev/build.sh), bench-humming.py and summary.py.
 set -u
@@ -70,10 +73,10 @@ run_variants() {
 }
 
 stamp "correctness: small cases"
-run_variants moe "$ALL" 70
+run_variants moe "$ALL" ${SMALL_S:-70}
 passed=$(for v in ${ALL//,/ }; do [[ ${verdict[$v]:-} == PASS ]] && printf '%s,' "$v"; done | sed 's/,$//')
 stamp "correctness: real shapes"
-[[ -n "$passed" ]] && run_variants moe-real "$passed" 90
+[[ -n "$passed" ]] && run_variants moe-real "$passed" ${REAL_S:-90}
 passed=$(for v in ${ALL//,/ }; do [[ ${verdict[$v]:-} == PASS ]] && printf '%s,' "$v"; done | sed 's/,$//')
 for v in ${ALL//,/ }; do echo "variant $v: ${verdict[$v]:-not run}"; done
 
@@ -90,8 +93,10 @@ dec=$(pick "$DECODE")
 pre=$(pick "$PREFILL")
 if [[ -n "$dec$pre" ]]; then
   stamp "bench (decode: ${dec:-none}; prefill: ${pre:-none})"
-  timeout -k 3 $(( $(left) > 110 ? 100 : $(left) - 10 )) "$H" bench --routing-dir "$scratch/routing" \
-      --json "$out/kiln.json" --probe 1 --variants "${dec:-none}" --prefill-variants "${pre:-none}" > "$out/bench.log" 2>&1
+  bs=${BENCH_S:-100}
+  timeout -k 3 $(( $(left) > bs + 10 ? bs : $(left) - 10 )) "$H" bench --routing-dir "$scratch/routing" \
+      --json "$out/kiln.json" --probe ${PROBE:-1} --only "${ONLY:-}" --variants "${dec:-none}" \
+      --prefill-variants "${pre:-none}" > "$out/bench.log" 2>&1
   echo "bench exit $?"
   grep -E '^probe|^HANG' "$out/bench.log"
 fi

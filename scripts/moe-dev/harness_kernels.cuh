@@ -8,6 +8,7 @@
 
 #include "moe_w4a16_decode.cuh"
 #include "moe_w4a16_dequant.cuh"
+#include "moe_w4a16_prefill.cuh"
 #include "moe_w4a16_routing.cuh"
 
 #ifndef HARNESS_KERNEL_DEFS
@@ -88,6 +89,35 @@ inline DecodeKernel select_decode(int format, bool wide, int sched, int mode, in
     return select_decode_mxfp4(sched, mode, act, mask, recs, tiles);
 }
 
+#ifdef HARNESS_KERNEL_DEFS
+template <int F, bool W, int Mode, int Act, bool Mask, int T>
+DecodeKernel make_prefill() {
+    constexpr int S = prefill_default_stages<F, T>();
+    return {&moe_w4a16_prefill<F, W, Mode, Act, Mask, T, S>, prefill_smem_bytes<F, T>(S), S};
+}
+template <int F, bool W, int Mode, int Act, bool Mask>
+DecodeKernel sel_prefill_tiles(int tiles) {
+    if (tiles == 8) return make_prefill<F, W, Mode, Act, Mask, 8>();
+    if (tiles == 16) return make_prefill<F, W, Mode, Act, Mask, 16>();
+    return {};
+}
+template <int F, bool W>
+DecodeKernel sel_prefill(int mode, int act, bool mask, int tiles) {
+    if (mode == 2) return sel_prefill_tiles<F, W, 2, 0, false>(tiles);
+    if (mode != 0) return {};
+    if (act == kActSiluGlu)
+        return mask ? sel_prefill_tiles<F, W, 0, kActSiluGlu, true>(tiles) : sel_prefill_tiles<F, W, 0, kActSiluGlu, false>(tiles);
+    return mask ? sel_prefill_tiles<F, W, 0, kActSituGlu, true>(tiles) : sel_prefill_tiles<F, W, 0, kActSituGlu, false>(tiles);
+}
+#endif
+
+// Prefill GEMMs (moe_w4a16_prefill.cuh): mode 0 gate_up, 2 down rows; tiles 8 or 16 (block_m 64 / 128).
+DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles);
+DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide);
+inline DecodeKernel select_prefill(int format, bool wide, int mode, int act, bool mask, int tiles) {
+    return format == kFormatInt4 ? select_prefill_int4(mode, act, mask, tiles) : select_prefill_mxfp4(mode, act, mask, tiles, wide);
+}
+
 // Measurement variants: the INT4 gate_up pipeline (one token tile) without the math.
 DecodeKernel select_decode_skip_math(int sched);
 
@@ -96,6 +126,8 @@ inline RoutingFn select_routing(int block_m) {
         case 8: return &moe_w4a16_routing<8>;
         case 16: return &moe_w4a16_routing<16>;
         case 32: return &moe_w4a16_routing<32>;
+        case 64: return &moe_w4a16_routing<64>;
+        case 128: return &moe_w4a16_routing<128>;
         default: return nullptr;
     }
 }

@@ -2,14 +2,15 @@
 // JIT compiles, checks them against an fp32 CPU reference and times the benchmark scenarios.
 //
 //   moe_harness test dequant|routing|moe|moe-real|all [--variants v3,v5,...]
-//   moe_harness bench [--routing-dir DIR] [--json FILE] [--only NAME] [--iters N] [--variants LIST]
+//   moe_harness bench [--routing-dir DIR] [--json FILE] [--only NAME,...] [--iters N] [--variants LIST]
 //                     [--prefill-variants LIST] [--probe 0|1]
 //
 // Variants (kernel schedule and down combine; see variant_by_name): v3 static shares, v4 dynamic
 // claiming of whole-K items, v5 dynamic with K chunks, v5x the same claimed across m-blocks first,
 // v5w windows of 8 m-blocks (L2 reuse), v5s one-stage items (protocol stress), *r the down GEMM
 // writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's automatic
-// choices per call.
+// choices per call. p64 / p128: the prefill GEMM (moe_w4a16_prefill.cuh) with m-blocks of 64 / 128 rows
+// for gate_up and down (rows + combine); pauto picks 64 or 128 from the routed rows per active expert.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage, 3 CUDA error, 4 a kernel did not finish
 // within its deadline (hang), 77 no device.
@@ -278,7 +279,8 @@ DevWeights upload(PreparedMoeWeights w) {
 struct Workspace {
     int M = 0, topk = 0, E = 0, tiles = 1, bm = 8;
     int H = 0, I_pad = 0, n_pad_down = 0, n_pad_gu = 0;
-    int mblock_cap = 0;
+    int mblock_cap = 0;  // m-blocks of bm rows (the decode block_m)
+    size_t row_cap = 0;  // sorted rows allocated: enough for any block_m up to kMaxBlockM
     int split_cap = 0;  // gate_up split-K scratch items
     int32_t *ids = nullptr, *counts = nullptr, *nmb = nullptr, *sorted_token = nullptr, *counters = nullptr;
     int32_t *work = nullptr, *split_cnt = nullptr, *slot_pos = nullptr;
@@ -286,6 +288,13 @@ struct Workspace {
     int2* mblock_info = nullptr;
     uint16_t *x = nullptr, *inter = nullptr, *out = nullptr, *rows = nullptr;
 };
+
+constexpr int kMaxBlockM = 128;
+
+// m-blocks the routing may emit for block_m rows per m-block (the host's capacity, no device read).
+int mblock_cap_for(long long slots, int E, int block_m) {
+    return int(slots / block_m + std::min<long long>(E, slots) + 1);
+}
 
 Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeights& gu, const DevWeights& dn) {
     Workspace w;
@@ -299,8 +308,9 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     w.n_pad_down = dn.meta.n_pad;
     w.n_pad_gu = gu.meta.n_pad;
     const long long slots = (long long)M * topk;
-    w.mblock_cap = int(slots / w.bm + std::min<long long>(E, slots) + 1);
-    const size_t rows = size_t(w.mblock_cap) * w.bm;
+    w.mblock_cap = mblock_cap_for(slots, E, w.bm);
+    w.row_cap = std::max(size_t(w.mblock_cap) * w.bm, size_t(mblock_cap_for(slots, E, kMaxBlockM)) * kMaxBlockM);
+    const size_t rows = w.row_cap;
     CK(cudaMalloc(&w.ids, std::max<size_t>(1, slots) * 4));
     CK(cudaMalloc(&w.wts, std::max<size_t>(1, slots) * 4));
     CK(cudaMalloc(&w.counts, E * 4));
@@ -363,6 +373,7 @@ struct Variant {
     int window = 1;       // dynamic claim order: m-blocks per window
     bool rows = false;    // down writes bf16 rows, moe_w4a16_combine sums them (no fp32 atomics)
     bool automatic = false;  // the kiln layer's automatic choices per call (jit/moe_w4a16.cpp)
+    int prefill = 0;      // prefill GEMM for both: block_m 64 or 128; -1 chosen from rows per active expert
 };
 
 bool variant_by_name(const std::string& n, Variant& v) {
@@ -370,6 +381,9 @@ bool variant_by_name(const std::string& n, Variant& v) {
     if (n == "v3") return true;
     if (n == "auto") return v.automatic = true;
     if (n == "v3r") return v.rows = true;
+    if (n == "p64") return (v.prefill = 64), v.rows = true;
+    if (n == "p128") return (v.prefill = 128), v.rows = true;
+    if (n == "pauto") return (v.prefill = -1), v.rows = true;
     v.sched = 1;
     if (n == "v4") return true;
     v.chunk = -1;
@@ -409,6 +423,9 @@ struct Launch {
     harness::RoutingFn routing = nullptr;
     harness::CombineFn combine = nullptr;
     int chunk_gu = 0, chunk_dn = 0, split_max = 0;
+    int bm = 8;           // block_m of routing and both GEMMs
+    int mblock_cap = 0;   // m-blocks the routing may emit (prefill grids are sized by it)
+    bool prefill = false; // both GEMMs are the prefill kernel
 };
 
 // Waits for the device with a deadline: a kernel that never finishes (a pipeline deadlock) ends the
@@ -432,12 +449,38 @@ void sync_or_die(const std::string& what, cudaStream_t s = 0, double seconds = 1
     cudaEventDestroy(e);
 }
 
+// pauto: block_m 128 once an active expert's rows fill most of a 128-row m-block.
+int prefill_block_m(const Variant& var, double rows_per_active) {
+    if (var.prefill > 0) return var.prefill;
+    return rows_per_active > 96.0 ? 128 : 64;
+}
+
 Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int tiles, const Variant& var, int M,
-                      int topk, int E) {
+                      int topk, int E, double rows_per_active = 0.0) {
     require_layout(gu.meta, W4Layout::decode_mma16, gu.meta.format, "decode gate_up");
     require_layout(dn.meta, W4Layout::decode_mma16, dn.meta.format, "decode down");
     Launch l;
     l.var = var;
+    if (var.prefill) {
+        l.prefill = true;
+        l.bm = prefill_block_m(var, rows_per_active);
+        l.mblock_cap = mblock_cap_for((long long)M * topk, E, l.bm);
+        const bool mask = gu.meta.k % 64 != 0;
+        l.gate_up = harness::select_prefill(fmt_code(gu.meta.format), gu.meta.wide_scales, 0, act, mask, l.bm / 8);
+        l.down = harness::select_prefill(fmt_code(dn.meta.format), dn.meta.wide_scales, 2, act, false, l.bm / 8);
+        l.routing = harness::select_routing(l.bm);
+        l.combine = harness::select_combine();
+        if (!l.gate_up.fn || !l.down.fn || !l.routing) {
+            std::fprintf(stderr, "no prefill kernel for block_m=%d\n", l.bm);
+            std::exit(2);
+        }
+        CK(cudaFuncSetAttribute(l.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.gate_up.smem));
+        CK(cudaFuncSetAttribute(l.down.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.down.smem));
+        CK(cudaFuncSetAttribute(l.routing, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
+        return l;
+    }
+    l.bm = 8 * tiles;
+    l.mblock_cap = mblock_cap_for((long long)M * topk, E, l.bm);
     int gu_sched = var.sched, dn_sched = var.sched;
     if (var.automatic) {  // mirrors MoeW4A16's automatic picks (INT4 gate_up dynamic below 4096 slots, ...)
         const long long slots = (long long)M * topk;
@@ -493,7 +536,7 @@ void launch_routing(const Launch& l, Workspace& w, cudaStream_t s) {
     rp.num_tokens = w.M;
     rp.topk = w.topk;
     rp.num_experts = w.E;
-    rp.mblock_cap = w.mblock_cap;
+    rp.mblock_cap = l.mblock_cap;
     rp.slot_pos = l.var.rows ? w.slot_pos : nullptr;
     l.routing<<<1, 1024, 2 * 4 * w.E, s>>>(rp);
     CK(cudaGetLastError());
@@ -527,7 +570,12 @@ void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int cop
     p.inter = reinterpret_cast<__nv_bfloat16*>(w.inter);
     p.inter_stride = w.I_pad;
     set_schedule(l, w, p, false);
-    l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
+    if (l.prefill) {
+        if (l.mblock_cap > 0)
+            l.gate_up.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.gate_up.smem, s>>>(p);
+    } else {
+        l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
+    }
     CK(cudaGetLastError());
 }
 
@@ -558,7 +606,12 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
     }
     p.counters = w.counters;
     set_schedule(l, w, p, true);
-    l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
+    if (l.prefill) {
+        if (l.mblock_cap > 0)
+            l.down.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.down.smem, s>>>(p);
+    } else {
+        l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
+    }
     CK(cudaGetLastError());
     if (l.var.rows && w.M > 0) {
         kiln_dev::moe::CombineParams c{};
@@ -889,14 +942,20 @@ void run_moe_case(const MoeCase& c) {
     std::map<std::pair<int, int>, std::vector<float>> inter_ref;
     const bool small = (long long)c.H * c.I <= 1 << 20;
     reference_moe(ex, r, x, c.act, ref, small ? &inter_ref : nullptr);
+    double rows_per_active = 0.0;
+    {
+        int active = 0, routed = 0;
+        for (int v : expert_counts(r)) active += v > 0, routed += v;
+        rows_per_active = active ? double(routed) / active : 0.0;
+    }
 
     for (const Variant& var : variants) {
-        Launch l = prepare_launch(gu, dn, c.act, c.tiles, var, r.M, r.topk, c.E);
+        Launch l = prepare_launch(gu, dn, c.act, c.tiles, var, r.M, r.topk, c.E, rows_per_active);
         reset_call_state(ws);
         for (int rep = 0; rep < 2; ++rep) {
             CK(cudaMemset(ws.out, 0xFF, std::max<size_t>(1, size_t(r.M)) * c.H * 2));
-            CK(cudaMemset(ws.inter, 0xFF, size_t(ws.mblock_cap) * ws.bm * ws.I_pad * 2));
-            CK(cudaMemset(ws.rows, 0xFF, size_t(ws.mblock_cap) * ws.bm * ws.n_pad_down * 2));
+            CK(cudaMemset(ws.inter, 0xFF, ws.row_cap * ws.I_pad * 2));
+            CK(cudaMemset(ws.rows, 0xFF, ws.row_cap * ws.n_pad_down * 2));
             launch_routing(l, ws, 0);
             launch_gate_up(l, ws, gu, 0, 0);
             launch_down(l, ws, dn, 0, 0);
@@ -911,8 +970,8 @@ void run_moe_case(const MoeCase& c) {
                 int h_nmb;
                 CK(cudaMemcpy(&h_nmb, ws.nmb, 4, cudaMemcpyDeviceToHost));
                 std::vector<int2> info(std::max(1, h_nmb));
-                std::vector<int32_t> tok(size_t(std::max(1, h_nmb)) * ws.bm);
-                std::vector<uint16_t> inter(size_t(std::max(1, h_nmb)) * ws.bm * ws.I_pad);
+                std::vector<int32_t> tok(size_t(std::max(1, h_nmb)) * l.bm);
+                std::vector<uint16_t> inter(size_t(std::max(1, h_nmb)) * l.bm * ws.I_pad);
                 if (h_nmb > 0) {
                     CK(cudaMemcpy(info.data(), ws.mblock_info, h_nmb * sizeof(int2), cudaMemcpyDeviceToHost));
                     CK(cudaMemcpy(tok.data(), ws.sorted_token, tok.size() * 4, cudaMemcpyDeviceToHost));
@@ -921,14 +980,14 @@ void run_moe_case(const MoeCase& c) {
                 double num = 0, den = 0;
                 for (int b = 0; b < h_nmb; ++b)
                     for (int rr = 0; rr < info[b].y; ++rr) {
-                        const int t = tok[size_t(b) * ws.bm + rr];
+                        const int t = tok[size_t(b) * l.bm + rr];
                         int j = -1;
                         for (int jj = 0; jj < r.topk; ++jj)
                             if (r.ids[t * r.topk + jj] == info[b].x) j = jj;
                         auto it = inter_ref.find({t, j});
                         if (it == inter_ref.end()) { num += 1e30; continue; }
                         for (int i = 0; i < c.I; ++i) {
-                            const double g = bf2f(inter[(size_t(b) * ws.bm + rr) * ws.I_pad + i]);
+                            const double g = bf2f(inter[(size_t(b) * l.bm + rr) * ws.I_pad + i]);
                             num += (g - it->second[i]) * (g - it->second[i]);
                             den += double(it->second[i]) * it->second[i];
                         }
@@ -938,7 +997,7 @@ void run_moe_case(const MoeCase& c) {
             char buf[360];
             std::snprintf(buf, sizeof buf, "moe %-5s %-28s %s M=%d E=%d topk=%d H=%d I=%d tiles=%d run %d: rel err %.2e%s, NaN %ld",
                           var.name.c_str(), c.name.c_str(), std::string(to_string(c.fmt)).c_str(), r.M, c.E, c.topk, c.H,
-                          c.I, c.tiles, rep, err,
+                          c.I, l.prefill ? l.bm / 8 : c.tiles, rep, err,
                           (small && rep == 0) ? (" (intermediate " + std::to_string(ierr).substr(0, 8) + ")").c_str() : "",
                           nans);
             const bool ok = nans == 0 && err <= 1e-2 && (!small || rep > 0 || ierr <= 1e-2);
@@ -976,6 +1035,12 @@ void test_moe_small() {
         {"int4 prefill odd K 2048", F::int4_g32_bf16, silu, 352, 160, 12, 4, 2048, "skewed", 4},
         {"mxfp4 prefill 8192", F::mxfp4_g32_e8m0, situ, 256, 96, 24, 6, 8192, "uniform", 4},
         {"int4 hot expert tiles2", F::int4_g32_bf16, situ, 192, 320, 9, 3, 300, "hot", 2},
+        // prefill sizes: several m-blocks per expert, partly filled last blocks, odd shapes
+        {"int4 prefill hot 4096 odd", F::int4_g32_bf16, silu, 224, 320, 16, 6, 4096, "hot", 4},
+        {"int4 prefill ep -1 slots 2048", F::int4_g32_bf16, situ, 256, 160, 48, 8, 2048, "ep_full", 4},
+        {"mxfp4 prefill wide 2048", F::mxfp4_g32_e8m0, situ, 224, 160, 12, 4, 2048, "uniform", 4, true},
+        {"int4 prefill half empty 8192", F::int4_g32_bf16, situ, 160, 96, 32, 4, 8192, "half_empty", 4},
+        {"mxfp4 prefill skewed 16384 K352", F::mxfp4_g32_e8m0, silu, 352, 64, 64, 4, 16384, "skewed", 4},
     };
     for (const auto& c : cases) run_moe_case(c);
 }
@@ -990,6 +1055,8 @@ void test_moe_real() {
         {"K3 EP8 decode B=8", F::mxfp4_g32_e8m0, situ, 3584, 3072, 112, 16, 8, "ep", 1},
         {"K3 TP8 slice", F::mxfp4_g32_e8m0, situ, 3584, 384, 64, 16, 24, "uniform", 1},
         {"K2 TP8 slice prefill", F::int4_g32_bf16, silu, 7168, 256, 64, 8, 256, "uniform", 4},
+        {"K2 EP8 prefill shape", F::int4_g32_bf16, silu, 7168, 2048, 12, 8, 512, "ep", 4},
+        {"K3 TP8 slice prefill", F::mxfp4_g32_e8m0, situ, 3584, 384, 64, 16, 256, "uniform", 4},
     };
     for (const auto& c : cases) run_moe_case(c);
 }
@@ -1143,9 +1210,17 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
     std::string json = "[\n";
     bool first = true;
     for (const Scenario& sc : scenarios()) {
-        if (!only.empty() && sc.name.find(only) == std::string::npos) continue;
-        const std::vector<Variant>& variants = sc.decode ? decode_variants : prefill_variants;
-        if (variants.empty()) continue;
+        if (!only.empty()) {  // comma-separated substrings of scenario names
+            bool hit = false;
+            for (size_t i = 0; i <= only.size();) {
+                size_t j = only.find(',', i);
+                if (j == std::string::npos) j = only.size();
+                if (j > i && sc.name.find(only.substr(i, j - i)) != std::string::npos) hit = true;
+                i = j + 1;
+            }
+            if (!hit) continue;
+        }
+        std::vector<Variant> variants = sc.decode ? decode_variants : prefill_variants;
         const uint64_t seed = std::hash<std::string>{}(sc.name) & 0xFFFFFF;
         Routing r = sc.routing == "ep" ? make_ep_routing(sc.tokens, sc.topk, sc.E, 8, seed)
                                        : make_routing(sc.routing, sc.tokens, sc.topk, sc.E, seed);
@@ -1156,6 +1231,11 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             rows += v;
             maxrows = std::max(maxrows, v);
         }
+        const double rows_per_active = active ? double(rows) / active : 0.0;
+        if (sc.decode && rows_per_active >= 8.0)  // for information: the prefill GEMM where m-blocks fill
+            for (const Variant& v : prefill_variants)
+                if (v.prefill) variants.push_back(v);
+        if (variants.empty()) continue;
         if (!routing_dir.empty()) {  // written first: the baseline runner reads it
             const std::string base = routing_dir + "/" + sc.name;
             std::ofstream f(base + ".ids", std::ios::binary);
@@ -1194,7 +1274,7 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
         const double floor_us = bytes / 4.8e12 * 1e6;
         const double flops = 2.0 * rows * (2.0 * sc.I * sc.H + double(sc.H) * sc.I);
         for (const Variant& var : variants) {
-            Launch l = prepare_launch(gu, dn, sc.act, sc.tiles, var, r.M, r.topk, sc.E);
+            Launch l = prepare_launch(gu, dn, sc.act, sc.tiles, var, r.M, r.topk, sc.E, rows_per_active);
             reset_call_state(ws);
             for (int it = 0; it < 3; ++it) {
                 launch_routing(l, ws, s);
@@ -1258,20 +1338,20 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             char line[480];
             std::snprintf(line, sizeof line,
                           "%-22s %-5s M=%5d rows=%6d active=%4d rows/E=%6.2f max=%4d | total %8.1f us (route %5.1f, gate_up %8.1f, "
-                          "down %8.1f) | %8.1f MB %5.2f TB/s %5.1f%% of 4.8 floor(%7.1f us) | %6.1f TFLOP/s | chunk %d/%d",
+                          "down %8.1f) | %8.1f MB %5.2f TB/s %5.1f%% of 4.8 floor(%7.1f us) | %6.1f TFLOP/s | chunk %d/%d | block_m %d%s",
                           sc.name.c_str(), var.name.c_str(), r.M, rows, active, active ? double(rows) / active : 0.0, maxrows,
                           us, median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us,
-                          floor_us, flops / us / 1e6, l.chunk_gu, l.chunk_dn);
+                          floor_us, flops / us / 1e6, l.chunk_gu, l.chunk_dn, l.bm, l.prefill ? " prefill" : "");
             std::printf("%s\n", line);
             std::fflush(stdout);
             char js[900];
             std::snprintf(js, sizeof js,
                           "%s  {\"name\": \"%s\", \"variant\": \"%s\", \"format\": \"%s\", \"M\": %d, \"topk\": %d, \"E\": %d, "
-                          "\"H\": %d, \"I\": %d, \"rows\": %d, \"active\": %d, \"max_rows\": %d, \"tiles\": %d, \"copies\": %d, "
+                          "\"H\": %d, \"I\": %d, \"rows\": %d, \"active\": %d, \"max_rows\": %d, \"tiles\": %d, \"block_m\": %d, \"copies\": %d, "
                           "\"us\": %.2f, \"us_route\": %.2f, \"us_gate_up\": %.2f, \"us_down\": %.2f, \"bytes\": %.0f, "
                           "\"floor_us\": %.2f, \"flops\": %.0f, \"decode\": %s}",
                           first ? "" : ",\n", sc.name.c_str(), var.name.c_str(), std::string(to_string(sc.fmt)).c_str(),
-                          r.M, r.topk, sc.E, sc.H, sc.I, rows, active, maxrows, sc.tiles, copies, us, median(tr), median(tg),
+                          r.M, r.topk, sc.E, sc.H, sc.I, rows, active, maxrows, sc.tiles, l.bm, copies, us, median(tr), median(tg),
                           median(td), bytes, floor_us, flops, sc.decode ? "true" : "false");
             json += js;
             first = false;

@@ -1,0 +1,241 @@
+// moe_w4a16 prefill GEMM (indexed mode, sm_90): one CTA per (m-block, 128-row super-block) tile, so that
+// every weight record is dequantised once per warp and reused across all routed rows of the m-block
+// (64 or 128 rows), instead of once per 8-32 rows as in the decode kernels. Reads the decode_mma16
+// layout: the prefill and decode configurations of the layer share one copy of the weights.
+//
+// Operands as in the decode kernels: dequantised weights are the m16n8k16 A operand (16 output rows),
+// tokens the B operand (8 tokens per MMA, via ldmatrix from a padded shared-memory tile); accumulation
+// in fp32. 256 threads = 8 warps; warp w owns row-blocks 2 (w % 4) and 2 (w % 4) + 1 of the
+// super-block and the token tiles i with i % 2 == w / 4 (interleaved, so both halves stay busy when
+// the m-block is partly filled). Token tiles at or past the m-block's row count are skipped (the
+// condition is warp-uniform); rows past the count inside a live tile are computed but never stored.
+//
+// Pipeline: kStages stages of one 64-wide K record. Per stage one thread issues one bulk async copy of
+// the record (weights and scales of all 8 row-blocks, contiguous in the layout) and every thread copies
+// its share of the gathered token rows with cp.async; both complete on the stage's mbarrier (256
+// cp.async arrivals + the producer's expect_tx arrival). One CTA barrier per stage guards the slot
+// that is refilled.
+//
+// Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
+// m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together
+// so its weights are read from HBM about once); CTAs past the device-side m-block count exit at once.
+//
+// kMode 0 (gate_up): gate/up rows interleaved per 8 in the layout; the epilogue applies the GLU in fp32
+//   and stores bf16 rows of the intermediate [rows, inter_stride], one row per sorted position.
+// kMode 2 (down, rows): the epilogue stores the router-weighted bf16 row of every sorted position into
+//   out [rows, out_stride]; moe_w4a16_combine sums each token's rows (deterministic, no atomics).
+// Parameters: DecodeParams (moe_w4a16_decode.cuh); the schedule fields are not read.
+#pragma once
+
+#include "device/moe_w4a16_decode.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+constexpr int kPrefillThreads = 256;
+
+// One stage: [record | token tile (8 * kTiles rows of 64 inputs, 144-byte rows)]; the mbarriers follow
+// the last stage.
+template <int kFormat, int kTiles>
+struct PrefillSmem {
+    using LB = LayoutBytes<kFormat, kDecodeBlocks>;
+    static constexpr int kRec = LB::kRecordBytes;
+    static constexpr int kXStride = 144;  // 128 bytes of inputs + 16: conflict-free ldmatrix
+    static constexpr int kOffX = (kRec + 127) / 128 * 128;
+    static constexpr int kStage = (kOffX + 8 * kTiles * kXStride + 127) / 128 * 128;
+};
+
+template <int kFormat, int kTiles>
+__host__ __device__ constexpr int prefill_smem_bytes(int stages) {
+    return stages * PrefillSmem<kFormat, kTiles>::kStage + 128;
+}
+// Deepest pipeline (at most 8 stages) under 100 KB, so that two CTAs share an SM.
+template <int kFormat, int kTiles>
+__host__ __device__ constexpr int prefill_default_stages() {
+    int s = 8;
+    while (s > 2 && prefill_smem_bytes<kFormat, kTiles>(s) > 102400) --s;
+    return s;
+}
+
+// kTiles: token tiles of 8 per m-block (8 or 16: block_m 64 or 128).
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages>
+__global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const DecodeParams p) {
+    static_assert(kTiles == 8 || kTiles == 16, "block_m 64 or 128");
+    static_assert(kStages >= 2, "at least two stages");
+    static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
+    using SM = PrefillSmem<kFormat, kTiles>;
+    using LB = typename SM::LB;
+    constexpr int kBM = 8 * kTiles;
+    constexpr int kTW = kTiles / 2;                     // token tiles per warp
+    constexpr int kRec = SM::kRec;
+    constexpr int kScB = LB::kScaleBytesPerBlock;
+    constexpr int kWB = LB::kWeightBytes;
+    constexpr int kCpt = kBM * 8 / kPrefillThreads;     // 16-byte token chunks per thread and stage
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int wn = warp & 3, wm = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+
+    const int nsb = p.n_pad >> 7;
+    const int mb = static_cast<int>(blockIdx.x) / nsb;
+    const int sb = static_cast<int>(blockIdx.x) - mb * nsb;
+    if (mb >= *p.num_mblocks) return;
+    const int nq = p.k_pad >> 6;
+    const int2 info = __ldg(p.mblock_info + mb);
+    const int valid = info.y;
+    const int ntiles = (valid + 7) >> 3;
+
+    const u32 sbase = smem_addr(smem_raw);
+    const u32 bars = sbase + kStages * SM::kStage;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, kPrefillThreads + 1);
+        fence_mbar_init();
+    }
+
+    // The token rows this thread copies: rows (tid / 8) + 32 h, inputs 8 (tid % 8) .. + 7 of each record.
+    // Source rows are kept as 32-bit row indices (-1: not copied) to spare registers.
+    const int kc = tid & 7;
+    int srow[kCpt];
+#pragma unroll
+    for (int h = 0; h < kCpt; ++h) {
+        const int row = (tid >> 3) + 32 * h;
+        srow[h] = -1;
+        if (row < valid) srow[h] = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+    }
+    const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb) * nq * kRec;
+    __syncthreads();  // mbarrier initialisation visible to every thread
+
+    auto produce = [&](int q, int slot) {
+        const u32 st = sbase + slot * SM::kStage;
+        const u32 bar = bars + 8 * slot;
+#pragma unroll
+        for (int h = 0; h < kCpt; ++h) {
+            if (srow[h] >= 0) {
+                int bytes = 16;
+                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + kc * 8)) * 2));
+                const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 + kc * 8;
+                cp_async16(st + SM::kOffX + ((tid >> 3) + 32 * h) * SM::kXStride + kc * 16,
+                           bytes ? static_cast<const void*>(src) : static_cast<const void*>(p.x), bytes);
+            }
+        }
+        cp_async_mbar_arrive(bar);
+        if (tid == 0) {
+            mbar_arrive_expect_tx(bar, kRec);
+            bulk_g2s(st, wrec + static_cast<u64>(q) * kRec, kRec, bar);
+        }
+    };
+
+    float acc[2][kTW][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < kTW; ++j) acc[h][j][0] = acc[h][j][1] = acc[h][j][2] = acc[h][j][3] = 0.0f;
+
+    const int lrow = lane & 7, lmat = lane >> 3;
+    const u32 w_off = (2 * wn) * 512 + lane * 16;
+    const u32 s_off = kWB + (2 * wn) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+    const u32 x_off = SM::kOffX + (8 * wm + lrow) * SM::kXStride + lmat * 16;  // tile 2 j + wm: + 16 j rows
+
+#pragma unroll 1
+    for (int s = 0; s < kStages - 1; ++s)
+        if (s < nq) produce(s, s);
+
+    int slot_c = 0, slot_p = kStages - 1;
+    u32 phase = 0;
+#pragma unroll 1
+    for (int i = 0; i < nq; ++i) {
+        mbar_wait(bars + 8 * slot_c, phase);
+        __syncthreads();  // every warp is done with the slot refilled below (consumed last iteration)
+        if (i + kStages - 1 < nq) {
+            if (tid == 0) fence_proxy_async();
+            produce(i + kStages - 1, slot_p);
+        }
+        const u32 st = sbase + slot_c * SM::kStage;
+        u32 words[2][4], m[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4 wv = lds128(st + w_off + h * 512);
+            words[h][0] = wv.x;
+            words[h][1] = wv.y;
+            words[h][2] = wv.z;
+            words[h][3] = wv.w;
+            uint2 sv;
+            if constexpr (kFormat == kFormatInt4) {
+                sv = lds64(st + s_off + h * kScB);
+            } else {
+                sv.x = lds32(st + s_off + h * kScB);
+                sv.y = 0;
+            }
+            expand_scales<kFormat, kWideScale>(sv, m[h]);
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {  // k32 halves of the record
+            u32 a[2][2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int s2 = 0; s2 < 2; ++s2)
+                    dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a[h][s2]);
+#pragma unroll
+            for (int j = 0; j < kTW; ++j) {
+                if (2 * j + wm < ntiles) {
+                    u32 b0, b1, b2, b3;
+                    ldmatrix_x4(st + x_off + j * (16 * SM::kXStride) + c * 64, b0, b1, b2, b3);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        mma_bf16_16816(acc[h][j], a[h][0][0], a[h][0][1], a[h][0][2], a[h][0][3], b0, b1);
+                        mma_bf16_16816(acc[h][j], a[h][1][0], a[h][1][1], a[h][1][2], a[h][1][3], b2, b3);
+                    }
+                }
+            }
+        }
+        if (++slot_c == kStages) {
+            slot_c = 0;
+            phase ^= 1u;
+        }
+        slot_p = slot_p + 1 == kStages ? 0 : slot_p + 1;
+    }
+
+    // Epilogue. A lane holds (row g, tokens 2t and 2t+1) and (row g+8, same tokens) of each row-block;
+    // neighbouring lanes (g ^ 1) swap one value so that every lane stores two adjacent columns of one
+    // token (4-byte stores): even g keeps token 2t, odd g token 2t+1.
+    const int odd = g & 1;
+#pragma unroll
+    for (int j = 0; j < kTW; ++j) {
+        const int ti = 2 * j + wm;
+        if (ti >= ntiles) continue;
+        const int r = 8 * ti + 2 * t + odd;  // the token row this lane stores
+        const long long pos = static_cast<long long>(mb) * kBM + r;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int rb = 8 * sb + 2 * wn + h;  // row-block within the matrix
+            if constexpr (kMode == 0) {
+                const float v0 = glu<kAct>(acc[h][j][0], acc[h][j][2]);  // token 2t
+                const float v1 = glu<kAct>(acc[h][j][1], acc[h][j][3]);  // token 2t + 1
+                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                const int col = rb * 8 + g - odd;
+                if (r < valid)
+                    *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
+                        odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
+            } else {
+                const float wt = r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {  // output rows g (acc 0, 1) and g + 8 (acc 2, 3)
+                    const float v0 = acc[h][j][2 * half], v1 = acc[h][j][2 * half + 1];
+                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                    const int col = rb * 16 + 8 * half + g - odd;
+                    const float lo = odd ? other : v0, hi = odd ? v1 : other;
+                    if (r < valid && col < p.n_real)
+                        *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev
