@@ -10,11 +10,13 @@
 // the m-block is partly filled). Token tiles at or past the m-block's row count are skipped (the
 // condition is warp-uniform); rows past the count inside a live tile are computed but never stored.
 //
-// Pipeline: kStages stages of one 64-wide K record. Per stage one thread issues one bulk async copy of
-// the record (weights and scales of all 8 row-blocks, contiguous in the layout) and every thread copies
-// its share of the gathered token rows with cp.async; both complete on the stage's mbarrier (256
-// cp.async arrivals + the producer's expect_tx arrival). One CTA barrier per stage guards the slot
-// that is refilled.
+// Pipelines: two rings of 64-wide K steps. The weight ring has kStages slots of one record each (weights
+// and scales of all 8 row-blocks, contiguous in the layout): one thread issues one bulk async copy per
+// slot, completing on the slot's mbarrier (expect_tx). The token ring has kXStages slots of the gathered
+// token rows (every thread copies its share with cp.async; 256 arrivals per slot). Weights come from
+// HBM with a loaded latency of several µs, so they get most of the shared memory (about 70 KB in flight
+// per CTA); the token rows come from L2 and need fewer slots (they are 2-4x the bytes of a record per
+// step). One CTA barrier per step guards the slots that are refilled.
 //
 // Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
 // m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together
@@ -34,30 +36,35 @@ namespace moe {
 
 constexpr int kPrefillThreads = 256;
 
-// One stage: [record | token tile (8 * kTiles rows of 64 inputs, 144-byte rows)]; the mbarriers follow
-// the last stage.
+// Shared memory: [kXStages token tiles (8 * kTiles rows of 64 inputs, 144-byte rows) | kStages weight
+// records | mbarriers (tokens, then weights)].
 template <int kFormat, int kTiles>
 struct PrefillSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
-    static constexpr int kRec = LB::kRecordBytes;
-    static constexpr int kXStride = 144;  // 128 bytes of inputs + 16: conflict-free ldmatrix
-    static constexpr int kOffX = (kRec + 127) / 128 * 128;
-    static constexpr int kStage = (kOffX + 8 * kTiles * kXStride + 127) / 128 * 128;
+    static constexpr int kRec = LB::kRecordBytes;  // a multiple of 128
+    static constexpr int kXStride = 144;           // 128 bytes of inputs + 16: conflict-free ldmatrix
+    static constexpr int kXTile = 8 * kTiles * kXStride;
+    static constexpr int kXStages = kTiles == 8 ? 4 : 3;
+    static constexpr int kOffW = kXStages * kXTile;
 };
+
+// Per CTA at most 112 KB, so that two CTAs share an SM.
+constexpr int kPrefillSmemLimit = 114688;
 
 template <int kFormat, int kTiles>
 __host__ __device__ constexpr int prefill_smem_bytes(int stages) {
-    return stages * PrefillSmem<kFormat, kTiles>::kStage + 128;
+    using SM = PrefillSmem<kFormat, kTiles>;
+    return SM::kOffW + stages * SM::kRec + ((8 * (stages + SM::kXStages) + 127) / 128) * 128;
 }
-// Deepest pipeline (at most 8 stages) under 100 KB, so that two CTAs share an SM.
+// Deepest weight ring (at most 24 records) under the limit.
 template <int kFormat, int kTiles>
 __host__ __device__ constexpr int prefill_default_stages() {
-    int s = 8;
-    while (s > 2 && prefill_smem_bytes<kFormat, kTiles>(s) > 102400) --s;
+    int s = 24;
+    while (s > 2 && prefill_smem_bytes<kFormat, kTiles>(s) > kPrefillSmemLimit) --s;
     return s;
 }
 
-// kTiles: token tiles of 8 per m-block (8 or 16: block_m 64 or 128).
+// kTiles: token tiles of 8 per m-block (8 or 16: block_m 64 or 128); kStages: weight ring slots.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages>
 __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const DecodeParams p) {
     static_assert(kTiles == 8 || kTiles == 16, "block_m 64 or 128");
@@ -67,6 +74,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     using LB = typename SM::LB;
     constexpr int kBM = 8 * kTiles;
     constexpr int kTW = kTiles / 2;                     // token tiles per warp
+    constexpr int kXS = SM::kXStages;
     constexpr int kRec = SM::kRec;
     constexpr int kScB = LB::kScaleBytesPerBlock;
     constexpr int kWB = LB::kWeightBytes;
@@ -89,10 +97,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     const int ntiles = (valid + 7) >> 3;
 
     const u32 sbase = smem_addr(smem_raw);
-    const u32 bars = sbase + kStages * SM::kStage;
+    const u32 wbase = sbase + SM::kOffW;
+    const u32 xbars = wbase + kStages * kRec;  // kXS token barriers, then kStages weight barriers
+    const u32 wbars = xbars + 8 * kXS;
     if (tid == 0) {
 #pragma unroll
-        for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, kPrefillThreads + 1);
+        for (int s = 0; s < kXS; ++s) mbar_init(xbars + 8 * s, kPrefillThreads);
+        for (int s = 0; s < kStages; ++s) mbar_init(wbars + 8 * s, 1);
         fence_mbar_init();
     }
 
@@ -109,24 +120,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb) * nq * kRec;
     __syncthreads();  // mbarrier initialisation visible to every thread
 
-    auto produce = [&](int q, int slot) {
-        const u32 st = sbase + slot * SM::kStage;
-        const u32 bar = bars + 8 * slot;
+    auto produce_x = [&](int q, int slot) {  // every thread
+        const u32 st = sbase + slot * SM::kXTile;
 #pragma unroll
         for (int h = 0; h < kCpt; ++h) {
             if (srow[h] >= 0) {
                 int bytes = 16;
                 if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + kc * 8)) * 2));
                 const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 + kc * 8;
-                cp_async16(st + SM::kOffX + ((tid >> 3) + 32 * h) * SM::kXStride + kc * 16,
+                cp_async16(st + ((tid >> 3) + 32 * h) * SM::kXStride + kc * 16,
                            bytes ? static_cast<const void*>(src) : static_cast<const void*>(p.x), bytes);
             }
         }
-        cp_async_mbar_arrive(bar);
-        if (tid == 0) {
-            mbar_arrive_expect_tx(bar, kRec);
-            bulk_g2s(st, wrec + static_cast<u64>(q) * kRec, kRec, bar);
-        }
+        cp_async_mbar_arrive(xbars + 8 * slot);
+    };
+    auto produce_w = [&](int q, int slot) {  // thread 0 only
+        const u32 bar = wbars + 8 * slot;
+        mbar_arrive_expect_tx(bar, kRec);
+        bulk_g2s(wbase + slot * kRec, wrec + static_cast<u64>(q) * kRec, kRec, bar);
     };
 
     float acc[2][kTW][4];
@@ -138,23 +149,30 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     const int lrow = lane & 7, lmat = lane >> 3;
     const u32 w_off = (2 * wn) * 512 + lane * 16;
     const u32 s_off = kWB + (2 * wn) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
-    const u32 x_off = SM::kOffX + (8 * wm + lrow) * SM::kXStride + lmat * 16;  // tile 2 j + wm: + 16 j rows
+    const u32 x_off = (8 * wm + lrow) * SM::kXStride + lmat * 16;  // tile 2 j + wm: + 16 j rows
 
+    if (tid == 0) {
 #pragma unroll 1
-    for (int s = 0; s < kStages - 1; ++s)
-        if (s < nq) produce(s, s);
+        for (int s = 0; s < kStages - 1 && s < nq; ++s) produce_w(s, s);
+    }
+#pragma unroll 1
+    for (int s = 0; s < kXS - 1 && s < nq; ++s) produce_x(s, s);
 
-    int slot_c = 0, slot_p = kStages - 1;
-    u32 phase = 0;
+    int ws = 0, xs = 0;     // slots consumed this step
+    u32 wph = 0, xph = 0;   // their phases
+    int wp = kStages - 1, xp = kXS - 1;  // slots refilled this step (consumed by the previous step)
 #pragma unroll 1
     for (int i = 0; i < nq; ++i) {
-        mbar_wait(bars + 8 * slot_c, phase);
-        __syncthreads();  // every warp is done with the slot refilled below (consumed last iteration)
-        if (i + kStages - 1 < nq) {
-            if (tid == 0) fence_proxy_async();
-            produce(i + kStages - 1, slot_p);
+        mbar_wait(wbars + 8 * ws, wph);
+        mbar_wait(xbars + 8 * xs, xph);
+        __syncthreads();  // every warp is done with the slots refilled below (consumed last step)
+        if (tid == 0 && i + kStages - 1 < nq) {
+            fence_proxy_async();
+            produce_w(i + kStages - 1, wp);
         }
-        const u32 st = sbase + slot_c * SM::kStage;
+        if (i + kXS - 1 < nq) produce_x(i + kXS - 1, xp);
+        const u32 st = wbase + ws * kRec;
+        const u32 stx = sbase + xs * SM::kXTile;
         u32 words[2][4], m[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -184,7 +202,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
             for (int j = 0; j < kTW; ++j) {
                 if (2 * j + wm < ntiles) {
                     u32 b0, b1, b2, b3;
-                    ldmatrix_x4(st + x_off + j * (16 * SM::kXStride) + c * 64, b0, b1, b2, b3);
+                    ldmatrix_x4(stx + x_off + j * (16 * SM::kXStride) + c * 64, b0, b1, b2, b3);
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         mma_bf16_16816(acc[h][j], a[h][0][0], a[h][0][1], a[h][0][2], a[h][0][3], b0, b1);
@@ -193,11 +211,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
                 }
             }
         }
-        if (++slot_c == kStages) {
-            slot_c = 0;
-            phase ^= 1u;
+        if (++ws == kStages) {
+            ws = 0;
+            wph ^= 1u;
         }
-        slot_p = slot_p + 1 == kStages ? 0 : slot_p + 1;
+        if (++xs == kXS) {
+            xs = 0;
+            xph ^= 1u;
+        }
+        wp = wp + 1 == kStages ? 0 : wp + 1;
+        xp = xp + 1 == kXS ? 0 : xp + 1;
     }
 
     // Epilogue. A lane holds (row g, tokens 2t and 2t+1) and (row g+8, same tokens) of each row-block;
