@@ -474,9 +474,21 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
             std::fprintf(stderr, "no prefill kernel for block_m=%d\n", l.bm);
             std::exit(2);
         }
-        CK(cudaFuncSetAttribute(l.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.gate_up.smem));
-        CK(cudaFuncSetAttribute(l.down.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.down.smem));
+        for (const DecodeKernel* k : {&l.gate_up, &l.down}) {
+            CK(cudaFuncSetAttribute(k->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k->smem));
+            CK(cudaFuncSetAttribute(k->fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        }
         CK(cudaFuncSetAttribute(l.routing, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
+        static std::set<std::pair<int, int>> reported;  // (block_m, format): once per process
+        if (reported.insert({l.bm, fmt_code(gu.meta.format)}).second) {
+            int occ_gu = 0, occ_dn = 0;
+            cudaFuncAttributes a{};
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_gu, l.gate_up.fn, kiln_dev::moe::kPrefillThreads, l.gate_up.smem));
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_dn, l.down.fn, kiln_dev::moe::kPrefillThreads, l.down.smem));
+            CK(cudaFuncGetAttributes(&a, l.gate_up.fn));
+            std::printf("probe: prefill block_m %d format %d: gate_up %d regs, %d B smem, %d weight stages, %d CTAs/SM; down %d CTAs/SM\n",
+                        l.bm, fmt_code(gu.meta.format), a.numRegs, l.gate_up.smem, l.gate_up.stages, occ_gu, occ_dn);
+        }
         return l;
     }
     l.bm = 8 * tiles;

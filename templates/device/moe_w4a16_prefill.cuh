@@ -166,10 +166,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         mbar_wait(wbars + 8 * ws, wph);
         mbar_wait(xbars + 8 * xs, xph);
         __syncthreads();  // every warp is done with the slots refilled below (consumed last step)
-        if (tid == 0 && i + kStages - 1 < nq) {
-            fence_proxy_async();
-            produce_w(i + kStages - 1, wp);
-        }
+        // No proxy fence before the bulk copy: the slot's generic reads (last step) have delivered
+        // their values before the barrier above, and a fence here would also wait for thread 0's own
+        // cp.async token copies in flight (an L2 round trip per step for the whole CTA).
+        if (tid == 0 && i + kStages - 1 < nq) produce_w(i + kStages - 1, wp);
         if (i + kXS - 1 < nq) produce_x(i + kXS - 1, xp);
         const u32 st = wbase + ws * kRec;
         const u32 stx = sbase + xs * SM::kXTile;
