@@ -13,10 +13,13 @@
 // Pipelines: two rings of 64-wide K steps. The weight ring has kStages slots of one record each (weights
 // and scales of all 8 row-blocks, contiguous in the layout): one thread issues one bulk async copy per
 // slot, completing on the slot's mbarrier (expect_tx). The token ring has kXStages slots of the gathered
-// token rows (every thread copies its share with cp.async; 256 arrivals per slot). Weights come from
-// HBM with a loaded latency of several µs, so they get most of the shared memory (about 70 KB in flight
-// per CTA); the token rows come from L2 and need fewer slots (they are 2-4x the bytes of a record per
-// step). One CTA barrier per step guards the slots that are refilled.
+// token rows (every thread copies its share with cp.async; 256 arrivals per slot); the weights get
+// most of the shared memory. One CTA barrier per step guards the slots that are refilled.
+//
+// Status (docs/perf-notes.md §9): correct on H200 for every development-harness case, but slower than
+// the decode kernels on every measured scenario: a fixed per-step cost dominates (each weight word is
+// dequantised by two warps, plus the per-step waits and barrier); the ring depths were measured not to
+// matter. The kiln family does not generate this kernel yet.
 //
 // Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
 // m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together
