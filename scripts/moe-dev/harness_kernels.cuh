@@ -90,32 +90,36 @@ inline DecodeKernel select_decode(int format, bool wide, int sched, int mode, in
 }
 
 #ifdef HARNESS_KERNEL_DEFS
-template <int F, bool W, int Mode, int Act, bool Mask, int T>
+template <int F, bool W, int Mode, int Act, bool Mask, int T, int RB>
 DecodeKernel make_prefill() {
     constexpr int S = prefill_default_stages<F, T>();
-    return {&moe_w4a16_prefill<F, W, Mode, Act, Mask, T, S>, prefill_smem_bytes<F, T>(S), S};
+    return {&moe_w4a16_prefill<F, W, Mode, Act, Mask, T, S, RB>, prefill_smem_bytes<F, T>(S), S};
 }
 template <int F, bool W, int Mode, int Act, bool Mask>
-DecodeKernel sel_prefill_tiles(int tiles) {
-    if (tiles == 8) return make_prefill<F, W, Mode, Act, Mask, 8>();
-    if (tiles == 16) return make_prefill<F, W, Mode, Act, Mask, 16>();
+DecodeKernel sel_prefill_tiles(int tiles, int rb) {
+    if (tiles == 8) return rb == 1 ? make_prefill<F, W, Mode, Act, Mask, 8, 1>() : make_prefill<F, W, Mode, Act, Mask, 8, 2>();
+    if (tiles == 16) return rb == 1 ? make_prefill<F, W, Mode, Act, Mask, 16, 1>() : make_prefill<F, W, Mode, Act, Mask, 16, 2>();
     return {};
 }
 template <int F, bool W>
-DecodeKernel sel_prefill(int mode, int act, bool mask, int tiles) {
-    if (mode == 2) return sel_prefill_tiles<F, W, 2, 0, false>(tiles);
+DecodeKernel sel_prefill(int mode, int act, bool mask, int tiles, int rb) {
+    if (mode == 2) return sel_prefill_tiles<F, W, 2, 0, false>(tiles, rb);
     if (mode != 0) return {};
     if (act == kActSiluGlu)
-        return mask ? sel_prefill_tiles<F, W, 0, kActSiluGlu, true>(tiles) : sel_prefill_tiles<F, W, 0, kActSiluGlu, false>(tiles);
-    return mask ? sel_prefill_tiles<F, W, 0, kActSituGlu, true>(tiles) : sel_prefill_tiles<F, W, 0, kActSituGlu, false>(tiles);
+        return mask ? sel_prefill_tiles<F, W, 0, kActSiluGlu, true>(tiles, rb)
+                    : sel_prefill_tiles<F, W, 0, kActSiluGlu, false>(tiles, rb);
+    return mask ? sel_prefill_tiles<F, W, 0, kActSituGlu, true>(tiles, rb)
+                : sel_prefill_tiles<F, W, 0, kActSituGlu, false>(tiles, rb);
 }
 #endif
 
-// Prefill GEMMs (moe_w4a16_prefill.cuh): mode 0 gate_up, 2 down rows; tiles 8 or 16 (block_m 64 / 128).
-DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles);
-DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide);
-inline DecodeKernel select_prefill(int format, bool wide, int mode, int act, bool mask, int tiles) {
-    return format == kFormatInt4 ? select_prefill_int4(mode, act, mask, tiles) : select_prefill_mxfp4(mode, act, mask, tiles, wide);
+// Prefill GEMMs (moe_w4a16_prefill.cuh): mode 0 gate_up, 2 down rows; tiles 8 or 16 (block_m 64 / 128);
+// rb: 16-row blocks per warp (2 or 1).
+DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles, int rb);
+DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide, int rb);
+inline DecodeKernel select_prefill(int format, bool wide, int mode, int act, bool mask, int tiles, int rb = 2) {
+    return format == kFormatInt4 ? select_prefill_int4(mode, act, mask, tiles, rb)
+                                 : select_prefill_mxfp4(mode, act, mask, tiles, wide, rb);
 }
 
 // Measurement variants: the INT4 gate_up pipeline (one token tile) without the math.

@@ -5,10 +5,11 @@
 //
 // Operands as in the decode kernels: dequantised weights are the m16n8k16 A operand (16 output rows),
 // tokens the B operand (8 tokens per MMA, via ldmatrix from a padded shared-memory tile); accumulation
-// in fp32. 256 threads = 8 warps; warp w owns row-blocks 2 (w % 4) and 2 (w % 4) + 1 of the
+// in fp32. 256 threads = 8 warps. kRB = 2: warp w owns row-blocks 2 (w % 4) and 2 (w % 4) + 1 of the
 // super-block and the token tiles i with i % 2 == w / 4 (interleaved, so both halves stay busy when
-// the m-block is partly filled). Token tiles at or past the m-block's row count are skipped (the
-// condition is warp-uniform); rows past the count inside a live tile are computed but never stored.
+// the m-block is partly filled); kRB = 1: warp w owns row-block w and every token tile. Token tiles
+// at or past the m-block's row count are skipped (the condition is warp-uniform); rows past the count
+// inside a live tile are computed but never stored.
 //
 // Pipelines: two rings of 64-wide K steps. The weight ring has kStages slots of one record each (weights
 // and scales of all 8 row-blocks, contiguous in the layout): one thread issues one bulk async copy per
@@ -68,15 +69,21 @@ __host__ __device__ constexpr int prefill_default_stages() {
 }
 
 // kTiles: token tiles of 8 per m-block (8 or 16: block_m 64 or 128); kStages: weight ring slots.
-template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages>
+// kRB: 16-row blocks per warp. 2 (the measured version): warp w owns row-blocks 2 (w % 4), +1 and the
+// token tiles of parity w / 4, so each weight word is dequantised by two warps. 1: warp w owns row-block
+// w and every token tile, so each word is dequantised once per CTA (half the dequantisation; every warp
+// then loads every token tile).
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRB = 2>
 __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const DecodeParams p) {
     static_assert(kTiles == 8 || kTiles == 16, "block_m 64 or 128");
+    static_assert(kRB == 1 || kRB == 2, "one or two row-blocks per warp");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
     using SM = PrefillSmem<kFormat, kTiles>;
     using LB = typename SM::LB;
     constexpr int kBM = 8 * kTiles;
-    constexpr int kTW = kTiles / 2;                     // token tiles per warp
+    constexpr int kTW = kRB == 2 ? kTiles / 2 : kTiles;  // token tiles per warp
+    constexpr int kTStep = kRB;                          // token tile j of a warp is kTStep j + wm
     constexpr int kXS = SM::kXStages;
     constexpr int kRec = SM::kRec;
     constexpr int kScB = LB::kScaleBytesPerBlock;
@@ -87,7 +94,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
-    const int wn = warp & 3, wm = warp >> 2;
+    const int wn = warp & 3;
+    const int wm = kRB == 2 ? warp >> 2 : 0;    // first token tile
+    const int rb0 = kRB == 2 ? 2 * wn : warp;  // first row-block of the super-block
     const int g = lane >> 2, t = lane & 3;
 
     const int nsb = p.n_pad >> 7;
@@ -143,16 +152,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         bulk_g2s(wbase + slot * kRec, wrec + static_cast<u64>(q) * kRec, kRec, bar);
     };
 
-    float acc[2][kTW][4];
+    float acc[kRB][kTW][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < kRB; ++h)
 #pragma unroll
         for (int j = 0; j < kTW; ++j) acc[h][j][0] = acc[h][j][1] = acc[h][j][2] = acc[h][j][3] = 0.0f;
 
     const int lrow = lane & 7, lmat = lane >> 3;
-    const u32 w_off = (2 * wn) * 512 + lane * 16;
-    const u32 s_off = kWB + (2 * wn) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
-    const u32 x_off = (8 * wm + lrow) * SM::kXStride + lmat * 16;  // tile 2 j + wm: + 16 j rows
+    const u32 w_off = rb0 * 512 + lane * 16;
+    const u32 s_off = kWB + rb0 * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+    const u32 x_off = (8 * wm + lrow) * SM::kXStride + lmat * 16;  // tile kTStep j + wm: + 8 kTStep j rows
 
     if (tid == 0) {
 #pragma unroll 1
@@ -176,9 +185,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         if (i + kXS - 1 < nq) produce_x(i + kXS - 1, xp);
         const u32 st = wbase + ws * kRec;
         const u32 stx = sbase + xs * SM::kXTile;
-        u32 words[2][4], m[2][4];
+        u32 words[kRB][4], m[kRB][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < kRB; ++h) {
             const uint4 wv = lds128(st + w_off + h * 512);
             words[h][0] = wv.x;
             words[h][1] = wv.y;
@@ -195,19 +204,19 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         }
 #pragma unroll
         for (int c = 0; c < 2; ++c) {  // k32 halves of the record
-            u32 a[2][2][4];
+            u32 a[kRB][2][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < kRB; ++h)
 #pragma unroll
                 for (int s2 = 0; s2 < 2; ++s2)
                     dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a[h][s2]);
 #pragma unroll
             for (int j = 0; j < kTW; ++j) {
-                if (2 * j + wm < ntiles) {
+                if (kTStep * j + wm < ntiles) {
                     u32 b0, b1, b2, b3;
-                    ldmatrix_x4(stx + x_off + j * (16 * SM::kXStride) + c * 64, b0, b1, b2, b3);
+                    ldmatrix_x4(stx + x_off + j * (8 * kTStep * SM::kXStride) + c * 64, b0, b1, b2, b3);
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
+                    for (int h = 0; h < kRB; ++h) {
                         mma_bf16_16816(acc[h][j], a[h][0][0], a[h][0][1], a[h][0][2], a[h][0][3], b0, b1);
                         mma_bf16_16816(acc[h][j], a[h][1][0], a[h][1][1], a[h][1][2], a[h][1][3], b2, b3);
                     }
@@ -232,13 +241,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     const int odd = g & 1;
 #pragma unroll
     for (int j = 0; j < kTW; ++j) {
-        const int ti = 2 * j + wm;
+        const int ti = kTStep * j + wm;
         if (ti >= ntiles) continue;
         const int r = 8 * ti + 2 * t + odd;  // the token row this lane stores
         const long long pos = static_cast<long long>(mb) * kBM + r;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int rb = 8 * sb + 2 * wn + h;  // row-block within the matrix
+        for (int h = 0; h < kRB; ++h) {
+            const int rb = 8 * sb + rb0 + h;  // row-block within the matrix
             if constexpr (kMode == 0) {
                 const float v0 = glu<kAct>(acc[h][j][0], acc[h][j][2]);  // token 2t
                 const float v1 = glu<kAct>(acc[h][j][1], acc[h][j][3]);  // token 2t + 1
