@@ -21,6 +21,26 @@ int tiles_of(int block_m) {
     return block_m / 8;
 }
 
+// Routing, and the host GEMMs: also m-blocks of 64 rows (the prefill GEMMs' block_m).
+int routing_block_m(int block_m) {
+    if (block_m == 0) return 8;
+    if (block_m != 8 && block_m != 16 && block_m != 32 && block_m != MoeW4A16Family::k_prefill_block_m)
+        throw InvalidArgument(fmt::format("moe_w4a16: block_m={} must be 8, 16, 32 or 64 (1, 2, 4 or 8 token tiles)",
+                                          block_m));
+    return block_m;
+}
+
+// The kind bits of a descriptor, refusing combinations that name no kernel.
+uint32_t checked_kind_bits(const KernelDescriptor& in) {
+    const uint32_t f = in.config.flags;
+    const uint32_t lo = f & MoeW4A16Family::k_flag_kind_mask;
+    if ((f & MoeW4A16Family::k_flag_kind_hi) && (lo || (f & MoeW4A16Family::k_flag_prefill)))
+        throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", f));
+    if ((f & MoeW4A16Family::k_flag_prefill) && lo > 1)
+        throw InvalidArgument(fmt::format("moe_w4a16: only gate_up and down have a prefill kernel (flags {:#x})", f));
+    return f & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi | MoeW4A16Family::k_flag_prefill);
+}
+
 int record_bytes(WeightFormat f) { return 8 * (512 + (f == WeightFormat::int4_g32_bf16 ? 64 : 32)); }
 
 const char* format_param(WeightFormat f) {
@@ -37,10 +57,9 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.family = ShortName(MoeW4A16Family::k_name);
     d.mode = ShortName("indexed");
     d.target = in.target;
-    const uint32_t kind_bits = in.config.flags & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi);
-    if ((kind_bits & MoeW4A16Family::k_flag_kind_hi) && (kind_bits & MoeW4A16Family::k_flag_kind_mask))
-        throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", in.config.flags));
+    const uint32_t kind_bits = checked_kind_bits(in) & ~MoeW4A16Family::k_flag_prefill;
     const auto which = MoeW4A16Family::kind(in);
+    const bool prefill = MoeW4A16Family::is_prefill(which);
     d.config.flags = kind_bits;
     if (which == MoeW4A16Kernel::combine) {
         if (in.weight_format != WeightFormat::none)
@@ -56,7 +75,7 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
             throw InvalidArgument("moe_w4a16: the routing kernel takes no weights (weight format must be none)");
         d.experts = in.experts;
         d.act_dtype = runtime::DType::i32;
-        d.config.block_m = static_cast<uint16_t>(8 * tiles_of(in.config.block_m ? in.config.block_m : 8));
+        d.config.block_m = static_cast<uint16_t>(routing_block_m(in.config.block_m));
         return d;
     }
     if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
@@ -72,9 +91,14 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.k = in.k;
     d.act_dtype = runtime::DType::bf16;
     if (which == MoeW4A16Kernel::dequant) return d;
-    if (which == MoeW4A16Kernel::gate_up) d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_situ;
+    // The prefill kinds are the host gate_up / down rows kernel with block_m 64.
+    if (prefill && in.config.block_m != 0 && in.config.block_m != MoeW4A16Family::k_prefill_block_m)
+        throw InvalidArgument(fmt::format("moe_w4a16: the prefill GEMMs have block_m 64, not {}", in.config.block_m));
+    if (which == MoeW4A16Kernel::gate_up || which == MoeW4A16Kernel::prefill_gate_up)
+        d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_situ;
     if (which == MoeW4A16Kernel::down) d.config.flags |= in.config.flags & MoeW4A16Family::k_flag_rows;
-    d.config.block_m = static_cast<uint16_t>(8 * tiles_of(in.config.block_m ? in.config.block_m : 8));
+    if (which == MoeW4A16Kernel::prefill_down) d.config.flags |= MoeW4A16Family::k_flag_rows;
+    d.config.block_m = static_cast<uint16_t>(prefill ? MoeW4A16Family::k_prefill_block_m : routing_block_m(in.config.block_m));
     d.config.block_n = MoeW4A16Family::k_superblock_rows;
     return d;
 }
@@ -94,6 +118,19 @@ int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs) {
 uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic) {
     const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(8 * stages, 128);
     return static_cast<uint32_t>(4 * group + (dynamic ? 4 * 2 * 40 * 4 : 0));  // + the item slots
+}
+
+// templates/device/moe_w4a16_prefill.cuh, PrefillSmem<kFormat, 8>: 4 token stages of 64 rows x 144 bytes,
+// then the weight records, then one mbarrier per stage of both rings.
+uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages) {
+    constexpr int x_stages = 4, x_tile = 64 * 144;
+    return static_cast<uint32_t>(x_stages * x_tile + stages * record_bytes(f) + round_up(8 * (stages + x_stages), 128));
+}
+
+int moe_w4a16_prefill_default_stages(WeightFormat f) {
+    int s = 24;
+    while (s > 2 && moe_w4a16_prefill_smem(f, s) > k_moe_w4a16_prefill_smem_limit) --s;
+    return s;
 }
 
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic) {
@@ -116,10 +153,8 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         throw InvalidArgument(fmt::format("moe_w4a16: target {} has no tuned configuration yet (sm_90a only)",
                                           to_string(in.target)));
     d.target = in.target;
-    const uint32_t kind_bits = in.config.flags & (k_flag_kind_mask | k_flag_kind_hi);
+    const uint32_t kind_bits = checked_kind_bits(in);
     const auto which = kind(in);
-    if ((kind_bits & k_flag_kind_hi) && (kind_bits & k_flag_kind_mask))
-        throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", in.config.flags));
     d.config.flags = kind_bits;
 
     if (which == MoeW4A16Kernel::combine) {
@@ -137,8 +172,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
             throw InvalidArgument("moe_w4a16: the routing kernel takes no weights (weight format must be none)");
         d.experts = in.experts;
         d.act_dtype = runtime::DType::i32;
-        tiles_of(in.config.block_m ? in.config.block_m : 8);
-        d.config.block_m = static_cast<uint16_t>(in.config.block_m ? in.config.block_m : 8);
+        d.config.block_m = static_cast<uint16_t>(routing_block_m(in.config.block_m));
         d.config.warps = 32;
         return d;
     }
@@ -157,6 +191,29 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     d.act_dtype = runtime::DType::bf16;
     if (in.weight_format == WeightFormat::mxfp4_g32_e8m0) d.config.flags |= in.config.flags & k_flag_wide_scale;
     if (which == MoeW4A16Kernel::dequant) return d;
+
+    if (is_prefill(which)) {
+        if (in.config.block_m != 0 && in.config.block_m != k_prefill_block_m)
+            throw InvalidArgument(fmt::format("moe_w4a16: the prefill GEMMs have block_m 64, not {}", in.config.block_m));
+        if (which == MoeW4A16Kernel::prefill_gate_up) {
+            d.config.flags |= in.config.flags & k_flag_situ;
+            if (in.k % 64 != 0) d.config.flags |= k_flag_mask_k;
+        } else {
+            d.config.flags |= k_flag_rows;  // the prefill down GEMM writes rows only
+        }
+        const int stages = in.config.stages ? in.config.stages : moe_w4a16_prefill_default_stages(in.weight_format);
+        if (stages < 2 || moe_w4a16_prefill_smem(in.weight_format, stages) > k_moe_w4a16_prefill_smem_limit)
+            throw InvalidArgument(fmt::format("moe_w4a16: {} prefill weight stages do not fit in {} bytes of shared "
+                                              "memory (two CTAs per SM)",
+                                              stages, k_moe_w4a16_prefill_smem_limit));
+        d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
+        d.config.block_n = k_superblock_rows;
+        d.config.block_k = 64;
+        d.config.stages = static_cast<uint8_t>(stages);
+        d.config.ctas_per_sm = 2;
+        d.config.warps = k_prefill_threads / 32;
+        return d;
+    }
 
     const int tiles = tiles_of(in.config.block_m ? in.config.block_m : 8);
     const int k_pad = round_up(in.k, 64);
@@ -186,6 +243,8 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::routing: return static_cast<uint32_t>(2 * 4 * d.experts);
         case MoeW4A16Kernel::dequant:
         case MoeW4A16Kernel::combine: return 0;
+        case MoeW4A16Kernel::prefill_gate_up:
+        case MoeW4A16Kernel::prefill_down: return moe_w4a16_prefill_smem(d.weight_format, d.config.stages);
         default:
             return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64,
                                        (d.config.flags & k_flag_dynamic) != 0);
@@ -211,6 +270,19 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             s.name_expr = "&kiln_dev::moe::moe_w4a16_combine";
             s.source = fmt::format("// {}\n#include \"device/moe_w4a16_combine.cuh\"\n", to_string(d));
             return s;
+        case MoeW4A16Kernel::prefill_gate_up:
+        case MoeW4A16Kernel::prefill_down: {
+            // kTiles 8 (block_m 64), kRB 1: each warp owns one 16-row block and every token tile.
+            const bool gate_up = kind(d) == MoeW4A16Kernel::prefill_gate_up;
+            const bool situ = (d.config.flags & k_flag_situ) != 0;
+            const bool mask = (d.config.flags & k_flag_mask_k) != 0;
+            s.file_name = gate_up ? "moe_w4a16_prefill_gate_up.cu" : "moe_w4a16_prefill_down.cu";
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill<{}, {}, {}, {}, {}, 8, {}, 1>",
+                                      format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
+                                      d.config.stages);
+            s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill.cuh\"\n", to_string(d));
+            return s;
+        }
         default: {
             const bool down = kind(d) == MoeW4A16Kernel::down;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
@@ -301,6 +373,29 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
     return MoeW4A16Family().canonicalize(d);
 }
 
+KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
+                                              MoeActivation act, Target target) {
+    if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
+    const bool gate_up = which == MoeW4A16Kernel::prefill_gate_up;
+    moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, gate_up ? "prefill gate_up" : "prefill down");
+    if (gate_up != w.gate_up)
+        throw InvalidArgument(fmt::format("moe_w4a16: the prefill {} kernel needs {} weights", gate_up ? "gate_up" : "down",
+                                          gate_up ? "interleaved gate/up" : "plain down"));
+    KernelDescriptor d;
+    d.family = ShortName(k_name);
+    d.mode = ShortName("indexed");
+    d.weight_format = to_descriptor_format(w.format);
+    d.n = w.n_pad;
+    d.k = w.k;
+    d.target = target;
+    d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
+    d.config.flags = (gate_up ? 0u : 1u) | k_flag_prefill;
+    if (act == MoeActivation::situ_glu && gate_up) d.config.flags |= k_flag_situ;
+    if (!gate_up) d.config.flags |= k_flag_rows;
+    if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
+    return MoeW4A16Family().canonicalize(d);
+}
+
 KernelDescriptor MoeW4A16Family::combine(Target target) {
     KernelDescriptor d;
     d.family = ShortName(k_name);
@@ -354,6 +449,27 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
     runtime::LaunchDims dims;
     dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
     dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
+    dims.smem = k.dynamic_smem;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream) {
+    if (k.desc.family.view() != MoeW4A16Family::k_name || !MoeW4A16Family::is_prefill(MoeW4A16Family::kind(k.desc)))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: kernel is {}", to_string(k.desc)));
+    if (p.n_pad != k.desc.n || p.k_pad != round_up(k.desc.k, 64) || p.k_real != k.desc.k)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: weights [{}, {}] do not match kernel {}", p.n_pad,
+                                          p.k_real, to_string(k.desc)));
+    if (mblock_cap < 0) throw InvalidArgument("launch_moe_w4a16_prefill: negative m-block capacity");
+    const int64_t ctas = static_cast<int64_t>(mblock_cap) * (p.n_pad / MoeW4A16Family::k_superblock_rows);
+    if (ctas > 0x7fffffff)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} m-blocks x {} super-blocks exceed the grid",
+                                          mblock_cap, p.n_pad / MoeW4A16Family::k_superblock_rows));
+    if (ctas == 0) return;
+    MoeW4A16DecodeParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(ctas), 1, 1};
+    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_prefill_threads), 1, 1};
     dims.smem = k.dynamic_smem;
     runtime::launch(k.kernel, dims, stream, args);
 }

@@ -1,7 +1,6 @@
 // Family `moe_w4a16`, mode `indexed`: the W4A16 routed-expert kernels (INT4 group-32 with bf16 scales,
-// MXFP4 group-32 with E8M0 scales) for decode-sized batches, generated from
-// templates/device/moe_w4a16_*.cuh. One descriptor names one of five kernels (config.flags bits 0-1
-// and bit 7):
+// MXFP4 group-32 with E8M0 scales), generated from templates/device/moe_w4a16_*.cuh. One descriptor
+// names one of seven kernels (config.flags bits 0-1, bit 7 and bit 8):
 //
 //   gate_up  n = layout rows (2 x intermediate, padded), k = hidden; fused SiLU-GLU / SiTU-GLU epilogue
 //   down     n = layout rows (hidden, padded), k = intermediate; router-weighted, combined per token with
@@ -9,17 +8,25 @@
 //   routing  experts; top-k ids -> per-expert rows in m-blocks of block_m, their tokens and weights
 //   dequant  n, k; expands one expert matrix from the kernel layout to bf16 (fused path, for tests)
 //   combine  sums each token's router-weighted down rows (the rows mode of down), deterministic order
+//   prefill gate_up  (bit 8 + kind gate_up) gate_up for prefill-sized batches (moe_w4a16_prefill.cuh):
+//            one CTA of 256 threads per (m-block, 128-row super-block), grid = m-block capacity x
+//            n / 128; block_m 64, one 16-row block per warp (kRB 1), the decode layout's weights
+//   prefill down     (bit 8 + kind down) the same for down, always in the rows mode (flag bit 6 set):
+//            router-weighted bf16 rows for `combine`
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
 // wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128), the schedule (flag bit 5:
 // dynamic item claiming instead of static per-SM shares) and the rows mode of down (flag bit 6).
-// M is never baked in. The GEMMs run one persistent CTA of 512 threads per SM (grid = SM count); the
-// routing kernel one CTA.
+// M is never baked in. The decode GEMMs run one persistent CTA of 512 threads per SM (grid = SM
+// count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
+// 112 KB of shared memory, as prefill_default_stages<> computes it; block_k 64); the routing kernel
+// one CTA (block_m 8, 16, 32 or 64: the prefill GEMMs read m-blocks of 64).
 // Host target (templates/host/moe_w4a16.hpp): the same five kernels and parameter blocks on the host
-// thread pool; they bake in the format, n, k, block_m, the activation, the rows mode of down and
-// (routing) the expert count; stages, block_k, warps, the schedule, the K mask and the wide-scale path
-// do not apply there and are zero.
+// thread pool; they bake in the format, n, k, block_m (8, 16, 32 or 64), the activation, the rows mode
+// of down and (routing) the expert count; stages, block_k, warps, the schedule, the K mask and the
+// wide-scale path do not apply there and are zero. The prefill kinds canonicalise to the host gate_up /
+// down rows kernel with block_m 64 (flag bit 8 cleared): the same computation, one cached kernel.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +40,15 @@
 
 namespace kiln::jit {
 
-enum class MoeW4A16Kernel : uint32_t { gate_up = 0, down = 1, routing = 2, dequant = 3, combine = 4 };
+enum class MoeW4A16Kernel : uint32_t {
+    gate_up = 0,
+    down = 1,
+    routing = 2,
+    dequant = 3,
+    combine = 4,
+    prefill_gate_up = 5,  // flags: kind bits gate_up + k_flag_prefill
+    prefill_down = 6,     // flags: kind bits down + k_flag_prefill (+ k_flag_rows)
+};
 enum class MoeActivation : uint8_t { silu_glu = 0, situ_glu = 1 };
 // Work distribution of the GEMMs (templates/device/moe_w4a16_decode.cuh, kSched).
 enum class MoeW4A16Schedule : uint8_t { static_shares = 0, dynamic = 1 };
@@ -48,7 +63,10 @@ public:
     static constexpr uint32_t k_flag_dynamic = 1u << 5;  // gate_up / down: dynamic schedule
     static constexpr uint32_t k_flag_rows = 1u << 6;     // down: bf16 rows for the combine kernel
     static constexpr uint32_t k_flag_kind_hi = 1u << 7;  // kind bit 2 (combine)
+    static constexpr uint32_t k_flag_prefill = 1u << 8;  // gate_up / down: the prefill GEMM
     static constexpr int k_threads = 512;
+    static constexpr int k_prefill_threads = 256;
+    static constexpr int k_prefill_block_m = 64;
     static constexpr int k_superblock_rows = 128;
     static constexpr int k_max_experts = 4096;
 
@@ -58,9 +76,10 @@ public:
     }
     std::vector<std::string> modes() const override { return {"indexed"}; }
     std::string_view dims() const override {
-        return "kernel (fl bits 0-1 + bit 7: gate_up, down, routing, dequant, combine), weight format, n, k, experts "
-               "(routing); config bm (8/16/32 rows per m-block), st (stages), bk (64/128), fl bit 2 SiTU, bit 3 wide "
-               "scales, bit 5 dynamic schedule, bit 6 down rows";
+        return "kernel (fl bits 0-1 + bit 7: gate_up, down, routing, dequant, combine; + bit 8: prefill gate_up, "
+               "prefill down), weight format, n, k, experts (routing); config bm (8/16/32 rows per m-block, 64 for "
+               "prefill and its routing), st (stages), bk (64/128), fl bit 2 SiTU, bit 3 wide scales, bit 5 dynamic "
+               "schedule, bit 6 down rows";
     }
     KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
     DeviceSource device_source(const KernelDescriptor& d) const override;
@@ -69,7 +88,16 @@ public:
     HostSource host_source(const KernelDescriptor& d) const override;  // templates/host/moe_w4a16.hpp
 
     static MoeW4A16Kernel kind(const KernelDescriptor& d) {
-        return static_cast<MoeW4A16Kernel>((d.config.flags & k_flag_kind_mask) | ((d.config.flags & k_flag_kind_hi) ? 4u : 0u));
+        const uint32_t lo = d.config.flags & k_flag_kind_mask;
+        if ((d.config.flags & k_flag_prefill) && lo <= 1u && !(d.config.flags & k_flag_kind_hi))
+            return static_cast<MoeW4A16Kernel>(5u + lo);
+        return static_cast<MoeW4A16Kernel>(lo | ((d.config.flags & k_flag_kind_hi) ? 4u : 0u));
+    }
+    static bool is_gemm(MoeW4A16Kernel k) {
+        return k == MoeW4A16Kernel::gate_up || k == MoeW4A16Kernel::down || is_prefill(k);
+    }
+    static bool is_prefill(MoeW4A16Kernel k) {
+        return k == MoeW4A16Kernel::prefill_gate_up || k == MoeW4A16Kernel::prefill_down;
     }
 
     // Canonical descriptors. `tiles` is 1, 2 or 4 token tiles of 8 rows per m-block. `rows` (down only):
@@ -77,7 +105,11 @@ public:
     static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
                                  Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
                                  bool rows = false);
+    // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows).
+    static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
+                                         Target target);
     static KernelDescriptor combine(Target target);
+    // `tiles`: 1, 2, 4 or 8 (block_m 64, the prefill GEMMs' m-blocks).
     static KernelDescriptor routing(int experts, int tiles, Target target);
     static KernelDescriptor dequant(const moe::PreparedMoeWeights& w, Target target);
 };
@@ -86,6 +118,11 @@ public:
 int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic = false);
 uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic = false);
+// Shared memory of the prefill GEMMs (block_m 64), mirroring prefill_smem_bytes / prefill_default_stages
+// of templates/device/moe_w4a16_prefill.cuh; the limit keeps two CTAs per SM.
+constexpr uint32_t k_moe_w4a16_prefill_smem_limit = 114688;
+uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages);
+int moe_w4a16_prefill_default_stages(WeightFormat f);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
@@ -145,8 +182,11 @@ struct MoeW4A16DequantParams {  // kiln_dev::moe::DequantParams
 };
 static_assert(sizeof(MoeW4A16DequantParams) == 24);
 
-// Launches (argument checks in jit/moe_w4a16.cpp, which owns the buffers). `sm_count` CTAs for GEMMs.
+// Launches (argument checks in jit/moe_w4a16.cpp, which owns the buffers). `sm_count` CTAs for the
+// decode GEMMs; the prefill GEMMs take one CTA per (m-block, super-block) for `mblock_cap` m-blocks (the
+// capacity the routing launch was given; CTAs past the device-side m-block count exit at once).
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
+void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream);
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream);
 void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream);
 void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, int sm_count, CUstream stream);

@@ -1,5 +1,7 @@
 // Family moe_w4a16 (CPU): descriptors canonicalise and refuse what the kernels cannot do, the layout is
-// checked at dispatch, and NVRTC compiles every kernel kind to an sm_90a cubin without a GPU.
+// checked at dispatch, and NVRTC compiles every kernel kind to an sm_90a cubin without a GPU. The
+// family's shared-memory sizes and default stages are checked against the templates' own constexpr
+// functions by static assertions compiled into those NVRTC programs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -30,10 +32,40 @@ moe::PreparedMoeWeights meta(moe::W4Format f, moe::W4Layout l, bool gate_up, int
     return w;
 }
 
-NvrtcOutput compile(const KernelDescriptor& d) {
+// `checks`: device code appended to the translation unit (static assertions on the templates).
+NvrtcOutput compile(const KernelDescriptor& d, const std::string& checks = {}) {
     const Family& f = builtin_families().get(d.family.view());
     KernelRecipe r = make_recipe(f, f.canonicalize(d), TemplateStore::instance());
-    return Nvrtc::instance().compile(nvrtc_program(r, locate_cuda_headers()));
+    NvrtcProgram p = nvrtc_program(r, locate_cuda_headers());
+    p.source += checks;
+    return Nvrtc::instance().compile(p);
+}
+
+const char* dev_format(WeightFormat f) {
+    return f == WeightFormat::int4_g32_bf16 ? "kiln_dev::moe::kFormatInt4" : "kiln_dev::moe::kFormatMxfp4";
+}
+
+// The template's shared memory and default stages for a prefill descriptor must equal the family's.
+std::string prefill_smem_checks(const KernelDescriptor& d) {
+    const char* f = dev_format(d.weight_format);
+    return "\nstatic_assert(kiln_dev::moe::prefill_smem_bytes<" + std::string(f) + ", 8>(" +
+           std::to_string(d.config.stages) + ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) +
+           ", \"family prefill smem\");\n" + "static_assert(kiln_dev::moe::prefill_default_stages<" + f +
+           ", 8>() == " + std::to_string(moe_w4a16_prefill_default_stages(d.weight_format)) +
+           ", \"family prefill stages\");\n";
+}
+
+// The same for a decode GEMM descriptor.
+std::string decode_smem_checks(const KernelDescriptor& d) {
+    const std::string f = dev_format(d.weight_format);
+    const int tiles = d.config.block_m / 8, recs = d.config.block_k / 64;
+    const bool dyn = (d.config.flags & MoeW4A16Family::k_flag_dynamic) != 0;
+    const std::string args = f + ", " + std::to_string(tiles) + ", " + std::to_string(recs) + ", " + (dyn ? "1" : "0");
+    return "\nstatic_assert(kiln_dev::moe::decode_smem_bytes_n<" + args + ">(" + std::to_string(d.config.stages) +
+           ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family decode smem\");\n" +
+           "static_assert(kiln_dev::moe::decode_default_stages<" + args + ">() == " +
+           std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs, dyn)) +
+           ", \"family decode stages\");\n";
 }
 
 void check_cubin(const NvrtcOutput& out, const std::string& kernel) {
@@ -191,19 +223,131 @@ TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
     const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
     const auto dn = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
     const auto odd = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
-    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200)),
-                "moe_w4a16_decode");
-    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 2, k_h200)),
-                "moe_w4a16_decode");
-    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::situ_glu, 4, k_h200)),
-                "moe_w4a16_decode");
-    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 2, k_h200,
-                                             MoeW4A16Schedule::dynamic)),
-                "moe_w4a16_decode");
-    check_cubin(compile(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 4, k_h200,
-                                             MoeW4A16Schedule::dynamic, true)),
-                "moe_w4a16_decode");
+    const KernelDescriptor decode[] = {
+        MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200),
+        MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 2, k_h200),
+        MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::situ_glu, 4, k_h200),
+        MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 2, k_h200, MoeW4A16Schedule::dynamic),
+        MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 4, k_h200, MoeW4A16Schedule::dynamic,
+                             true),
+    };
+    for (const KernelDescriptor& d : decode) {
+        CAPTURE(to_string(d));
+        check_cubin(compile(d, decode_smem_checks(d)), "moe_w4a16_decode");
+    }
     check_cubin(compile(MoeW4A16Family::combine(k_h200)), "moe_w4a16_combine");
     check_cubin(compile(MoeW4A16Family::routing(384, 2, k_h200)), "moe_w4a16_routing");
     check_cubin(compile(MoeW4A16Family::dequant(dn, k_h200)), "moe_w4a16_dequant");
+}
+
+TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
+    const KernelDescriptor g = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200);
+    CHECK(MoeW4A16Family::kind(g) == MoeW4A16Kernel::prefill_gate_up);
+    CHECK((g.config.flags & MoeW4A16Family::k_flag_prefill) != 0);
+    CHECK((g.config.flags & MoeW4A16Family::k_flag_kind_mask) == 0);
+    CHECK(g.n == 4096);
+    CHECK(g.k == 7168);
+    CHECK(g.config.block_m == 64);
+    CHECK(g.config.block_n == 128);
+    CHECK(g.config.block_k == 64);
+    CHECK(g.config.warps == 8);
+    CHECK(g.config.ctas_per_sm == 2);
+    CHECK(g.config.stages == 16);  // the deepest INT4 weight ring under 112 KB (110,848 B)
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) == 110848u);
+    CHECK(MoeW4A16Family().canonicalize(g) == g);
+    const KernelDescriptor decode = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 4, k_h200);
+    CHECK(!(g == decode));
+    CHECK(MoeW4A16Family().device_source(g).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 16, 1>");
+    CHECK(collect_template_headers(MoeW4A16Family().device_source(g).source, TemplateStore::instance()).size() == 4);
+
+    const KernelDescriptor d = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, MoeActivation::situ_glu, k_h200);
+    CHECK(MoeW4A16Family::kind(d) == MoeW4A16Kernel::prefill_down);
+    CHECK((d.config.flags & MoeW4A16Family::k_flag_rows) != 0);  // rows only
+    CHECK((d.config.flags & MoeW4A16Family::k_flag_situ) == 0);  // the activation belongs to gate_up
+    CHECK(d.config.stages == 17);
+    CHECK(MoeW4A16Family().max_dynamic_smem(d) <= k_moe_w4a16_prefill_smem_limit);
+    CHECK(MoeW4A16Family().max_dynamic_smem(d) == moe_w4a16_prefill_smem(WeightFormat::mxfp4_g32_e8m0, 17));
+    CHECK(MoeW4A16Family().device_source(d).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 17, 1>");
+    KernelDescriptor rows_cleared = d;  // canonical form sets the rows flag whatever the input says
+    rows_cleared.config.flags &= ~MoeW4A16Family::k_flag_rows;
+    CHECK(MoeW4A16Family().canonicalize(rows_cleared) == d);
+
+    const auto odd = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 96, 224);
+    auto wide = odd;
+    wide.wide_scales = true;
+    const KernelDescriptor o = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, wide, MoeActivation::situ_glu, k_h200);
+    CHECK((o.config.flags & MoeW4A16Family::k_flag_mask_k) != 0);
+    CHECK(MoeW4A16Family().device_source(o).name_expr.find("kFormatMxfp4, true, 0, 1, true, 8,") != std::string::npos);
+
+    const KernelDescriptor r = MoeW4A16Family::routing(48, 8, k_h200);
+    CHECK(r.config.block_m == 64);
+    CHECK(MoeW4A16Family().device_source(r).name_expr == "&kiln_dev::moe::moe_w4a16_routing<64>");
+    CHECK(MoeW4A16Family().canonicalize(r) == r);
+}
+
+TEST_CASE("moe_w4a16: bad prefill descriptors are refused; the host target maps them to its GEMMs") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 512);
+    const auto dn = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 512, 256);
+    const KernelDescriptor g = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::situ_glu, k_h200);
+    KernelDescriptor bad = g;
+    bad.config.block_m = 32;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.config.stages = 20;  // over 112 KB: one CTA per SM
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad = g;
+    bad.config.flags = MoeW4A16Family::k_flag_prefill | static_cast<uint32_t>(MoeW4A16Kernel::routing);
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad.config.flags = MoeW4A16Family::k_flag_prefill | MoeW4A16Family::k_flag_kind_hi;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, dn, MoeActivation::silu_glu, k_h200),
+                    kiln::InvalidArgument);  // plain matrices are not interleaved gate/up
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, k_h200),
+                    kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 8, k_h200),
+                    kiln::InvalidArgument);  // block_m 64 is the prefill GEMM's, not the decode kernel's
+    const auto pre = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::prefill_mma16, true, 256, 512);
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, pre, MoeActivation::silu_glu, k_h200),
+                    kiln::InvalidArgument);  // reads the decode layout
+
+    const Target host = Target::host_target();
+    const KernelDescriptor hg = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::situ_glu, host);
+    CHECK(hg == MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::situ_glu, 8, host));
+    CHECK(MoeW4A16Family::kind(hg) == MoeW4A16Kernel::gate_up);
+    CHECK(hg.config.block_m == 64);
+    CHECK(MoeW4A16Family().canonicalize(hg) == hg);
+    const KernelDescriptor hd = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, MoeActivation::situ_glu, host);
+    CHECK(hd == MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 8, host,
+                                     MoeW4A16Schedule::static_shares, true));
+    CHECK(MoeW4A16Family().host_source(hd).source.find("gemm<kiln_host::moe::kFormatInt4, 2, 0, 64, 512, 256>") !=
+          std::string::npos);
+    CHECK(MoeW4A16Family().host_source(hg).source.find("gemm<kiln_host::moe::kFormatInt4, 0, 1, 64, 512, 512>") !=
+          std::string::npos);
+    CHECK(MoeW4A16Family::routing(8, 8, host).config.block_m == 64);
+}
+
+TEST_CASE("moe_w4a16: NVRTC compiles the prefill GEMMs to sm_90a (both formats, activations, masks)") {
+    const auto gu4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 2048);
+    const auto odd4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
+    const auto gu_fp4 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 3072, 3584);
+    auto dn_fp4 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
+    dn_fp4.wide_scales = true;
+    const KernelDescriptor kernels[] = {
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu4, MoeActivation::silu_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, odd4, MoeActivation::situ_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn4, MoeActivation::silu_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu_fp4, MoeActivation::situ_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu_fp4, MoeActivation::silu_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn_fp4, MoeActivation::situ_glu, k_h200),
+    };
+    for (const KernelDescriptor& d : kernels) {
+        CAPTURE(to_string(d));
+        check_cubin(compile(d, prefill_smem_checks(d)), "moe_w4a16_prefill");
+    }
+    check_cubin(compile(MoeW4A16Family::routing(48, 8, k_h200)), "moe_w4a16_routing");
 }
