@@ -2,8 +2,9 @@
 // builds the m-block structure the GEMMs read, and the whole layer (routing, gate_up + GLU, down +
 // combine) matches an fp64 CPU reference (checkpoint weights dequantised exactly) within bf16 tolerance
 // for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
-// expert and odd sizes. Outputs are poisoned (NaN) before every run; every case runs twice (the layer
-// must leave its accumulator clean).
+// expert and odd sizes, in the decode configurations and in the prefill one (block_m 64 routing, the
+// prefill gate_up and down-rows kinds, combine). Outputs are poisoned (NaN) before every run; every case
+// runs twice (the layer must leave its accumulator clean).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -115,7 +116,8 @@ float glu_ref(MoeActivation act, float g, float u) {
 
 // The launches of one routed-expert layer on a host stream, with the workspace sized as the device
 // layer sizes it (jit/moe_w4a16.cpp): routing, gate_up, down combined per token, or (rows) down in its
-// rows mode followed by the combine kernel.
+// rows mode followed by the combine kernel. prefill: the layer's prefill configuration (routing with
+// block_m 64, the prefill kinds, rows + combine).
 struct HostLayer {
     const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr, *combine = nullptr;
     moe::PreparedMoeWeights gu, dn;
@@ -126,12 +128,19 @@ struct HostLayer {
     std::vector<uint16_t> inter, down_rows;
 
     HostLayer(HostKernelLoader& loader, const moe::PreparedMoeWeights& g, const moe::PreparedMoeWeights& d,
-              MoeActivation act, int topk_, int max_tokens_, int tiles_, bool rows_)
-        : gu(g), dn(d), topk(topk_), max_tokens(max_tokens_), tiles(tiles_), rows(rows_) {
+              MoeActivation act, int topk_, int max_tokens_, int tiles_, bool rows_, bool prefill = false)
+        : gu(g), dn(d), topk(topk_), max_tokens(max_tokens_), tiles(prefill ? 8 : tiles_), rows(rows_ || prefill) {
         routing = &loader.get(MoeW4A16Family::routing(dn.experts, tiles, k_host));
-        gate_up = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, act, tiles, k_host));
-        down = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, act, tiles, k_host,
-                                                MoeW4A16Schedule::static_shares, rows));
+        if (prefill) {
+            gate_up = &loader.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, act, k_host));
+            down = &loader.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, act, k_host));
+            REQUIRE(gate_up->desc.config.block_m == 64);
+            REQUIRE(down->desc.config.block_m == 64);
+        } else {
+            gate_up = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, act, tiles, k_host));
+            down = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, act, tiles, k_host,
+                                                    MoeW4A16Schedule::static_shares, rows));
+        }
         if (rows) combine = &loader.get(MoeW4A16Family::combine(k_host));
         const int64_t slots = int64_t(max_tokens) * topk;
         const int bm = 8 * tiles;
@@ -231,7 +240,7 @@ struct Case {
     int tiles;
 };
 
-void run_case(HostKernelLoader& loader, const Case& c) {
+void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
     CAPTURE(c.name);
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
     std::vector<Matrix> gate(c.experts), up(c.experts), down(c.experts);
@@ -287,8 +296,10 @@ void run_case(HostKernelLoader& loader, const Case& c) {
     }
 
     for (bool rows : {false, true}) {
+    if (prefill && !rows) continue;  // the prefill configuration always writes rows
     CAPTURE(rows);
-    HostLayer layer(loader, wgu, wdn, c.act, c.topk, c.tokens, c.tiles, rows);
+    CAPTURE(prefill);
+    HostLayer layer(loader, wgu, wdn, c.act, c.topk, c.tokens, c.tiles, rows, prefill);
     runtime::HostStream s;
     for (int rep = 0; rep < 2; ++rep) {
         CAPTURE(rep);
@@ -363,8 +374,8 @@ TEST_CASE("moe_w4a16 host dequantiser is bit-identical to the unfused bf16 form"
 TEST_CASE("moe_w4a16 host routing prep builds the m-blocks the GEMMs read") {
     HostKernelLoader loader;
     runtime::HostStream s;
-    for (int tiles : {1, 2, 4}) {
-        const int experts = 24, topk = 6, tokens = 57, bm = 8 * tiles;
+    for (int tiles : {1, 2, 4, 8}) {
+        const int experts = 24, topk = 6, tokens = tiles == 8 ? 301 : 57, bm = 8 * tiles;
         CAPTURE(tiles);
         Routing r = make_routing("skewed", tokens, topk, experts, 9 + tiles);
         for (size_t i = 0; i < r.ids.size(); i += 5) r.ids[i] = (i / 5) % 2 ? -1 : experts + 3;  // other ranks
@@ -430,6 +441,21 @@ TEST_CASE("moe_w4a16 host layer matches the CPU reference") {
         {"odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
     };
     for (const Case& c : cases) run_case(loader, c);
+}
+
+TEST_CASE("moe_w4a16 host layer in the prefill configuration (block_m 64) matches the CPU reference") {
+    HostKernelLoader loader;
+    using F = W4Format;
+    const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
+    const Case cases[] = {
+        {"prefill int4 silu skewed", F::int4_g32_bf16, silu, 256, 128, 12, 4, 300, "skewed", 0},
+        {"prefill mxfp4 situ hot", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 260, "hot", 0},
+        {"prefill foreign experts", F::int4_g32_bf16, situ, 256, 128, 8, 4, 200, "foreign", 0},
+        {"prefill half empty", F::mxfp4_g32_e8m0, silu, 160, 96, 16, 4, 150, "half_empty", 0},
+        {"prefill odd sizes", F::int4_g32_bf16, silu, 224, 96, 5, 2, 133, "uniform", 0},
+        {"prefill no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 0},
+    };
+    for (const Case& c : cases) run_case(loader, c, true);
 }
 
 TEST_CASE("moe_w4a16 host launches check the kernel and the shapes") {
