@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "jit/moe_w4a16_schedule.hpp"
+#include "runtime/cuda_driver.hpp"
 #include "runtime/device.hpp"
 #include "runtime/error.hpp"
 
@@ -19,6 +20,28 @@ namespace {
 // Automatic gate_up schedule: dynamic for INT4 weights below this many routed slots (M x top-k), static
 // otherwise and for MXFP4 (H200 measurements, docs/perf-notes.md §8).
 constexpr int64_t k_gate_up_dynamic_max_slots = 4096;
+
+// m-blocks the routing may emit for `slots` routed slots in blocks of `block_m` rows (at most one
+// partly filled block per expert).
+int mblock_capacity(int64_t slots, int experts, int block_m) {
+    return static_cast<int>(slots / block_m + std::min<int64_t>(experts, slots) + 1);
+}
+
+bool prefill_call(int64_t slots, int experts, int64_t prefill_min) {
+    return prefill_min >= 0 && slots >= prefill_min * experts;
+}
+
+// The prefill GEMMs were measured with the whole unified L1 / shared memory as shared memory (two CTAs
+// of ~110 KB per SM); ask the driver for that carveout.
+void prefer_shared_carveout(const LoadedKernel& k) {
+    CUdevice dev = 0;
+    CUresult r = runtime::driver().cuDeviceGet(&dev, 0);
+    if (r == CUDA_SUCCESS)
+        r = runtime::driver().cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
+                                                   k.kernel.handle(), dev);
+    if (r != CUDA_SUCCESS)
+        throw runtime::CudaError("cuKernelSetAttribute", r, "kernel " + k.kernel.name() + " shared memory carveout");
+}
 }  // namespace
 
 DeviceMoeWeights DeviceMoeWeights::upload(const moe::PreparedMoeWeights& w) {
@@ -72,8 +95,12 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         throw InvalidArgument(fmt::format("moe_w4a16: K chunks {} / {} (records; -1 = choose per call, 0 = whole K)",
                                           opt.gate_up_k_chunk, opt.down_k_chunk));
     if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
+    if (opt.prefill_min < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: prefill_min={} (routed slots per expert; -1 = never)", opt.prefill_min));
     const int64_t max_slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
-    const bool rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
+    const bool prefill_possible = prefill_call(max_slots, experts_, opt.prefill_min);
+    const bool decode_rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
+    const bool rows_possible = prefill_possible || decode_rows_possible;  // rows + combine, one way or the other
     // Which kernels a call can use (see launch_routing for the per-call choice).
     const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
     const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
@@ -94,19 +121,29 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
             MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target, MoeW4A16Schedule::dynamic));
     const LoadedKernel* dn_kernel = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched));
     (dn_dyn ? k_down_dyn_ : k_down_) = dn_kernel;
-    if (rows_possible) {
+    if (decode_rows_possible)
         k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
-        k_combine_ = &disp.get(MoeW4A16Family::combine(target));
+    if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
+    if (prefill_possible) {
+        k_routing_pre_ = &disp.get(MoeW4A16Family::routing(experts_, MoeW4A16Family::k_prefill_block_m / 8, target));
+        k_gate_up_pre_ =
+            &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target));
+        k_down_pre_ = &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target));
+        prefer_shared_carveout(*k_gate_up_pre_);
+        prefer_shared_carveout(*k_down_pre_);
     }
     sm_count_ = runtime::device_props(0).sm_count;
 
     const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
     const int bm = 8 * tiles_;
-    mblock_cap_ = static_cast<int>(slots / bm + std::min<int64_t>(experts_, slots) + 1);
-    const size_t rows = static_cast<size_t>(mblock_cap_) * bm;
+    mblock_cap_ = mblock_capacity(slots, experts_, bm);
+    mblock_cap_pre_ = prefill_possible ? mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m) : 0;
+    // Sorted rows, the intermediate and down's rows cover both m-block sizes.
+    const size_t rows = std::max(static_cast<size_t>(mblock_cap_) * bm,
+                                 static_cast<size_t>(mblock_cap_pre_) * MoeW4A16Family::k_prefill_block_m);
     counts_ = runtime::DeviceBuffer(static_cast<size_t>(experts_) * 4);
     nmb_ = runtime::DeviceBuffer(4);
-    info_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_) * 8);
+    info_ = runtime::DeviceBuffer(static_cast<size_t>(std::max(mblock_cap_, mblock_cap_pre_)) * 8);
     sorted_token_ = runtime::DeviceBuffer(rows * 4);
     sorted_weight_ = runtime::DeviceBuffer(rows * 4);
     inter_ = runtime::DeviceBuffer(rows * inter_pad_ * 2);
@@ -156,7 +193,30 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
                                           opt_.max_tokens, opt_.topk));
     tokens_ = static_cast<int>(topk_ids.shape[0]);
     const int64_t slots = static_cast<int64_t>(tokens_) * opt_.topk;
-    use_rows_ = k_combine_ != nullptr && slots >= opt_.rows_combine_min;
+    use_prefill_ = k_gate_up_pre_ != nullptr && prefill_call(slots, experts_, opt_.prefill_min);
+    if (use_prefill_) {
+        use_rows_ = true;
+        gu_dyn_ = dn_dyn_ = false;
+        chunk_gu_ = chunk_dn_ = 0;
+        // The call's own capacity (the grids are sized by it), never more than the workspace holds.
+        call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
+        MoeW4A16RoutingParams p{};
+        p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
+        p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
+        p.expert_count = counts_.ptr();
+        p.num_mblocks = nmb_.ptr();
+        p.mblock_info = info_.ptr();
+        p.sorted_token = sorted_token_.ptr();
+        p.sorted_weight = sorted_weight_.ptr();
+        p.num_tokens = tokens_;
+        p.topk = opt_.topk;
+        p.num_experts = experts_;
+        p.mblock_cap = call_cap_;
+        p.slot_pos = slot_pos_.ptr();
+        launch_moe_w4a16_routing(*k_routing_pre_, p, stream);
+        return;
+    }
+    use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
     gu_dyn_ = k_gate_up_dyn_ != nullptr &&
               (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
                slots < k_gate_up_dynamic_max_slots);
@@ -215,7 +275,8 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.k_chunk = chunk_gu_;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;
-    launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*k_gate_up_pre_, p, call_cap_, stream);
+    else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
@@ -245,7 +306,8 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.k_chunk = chunk_dn_;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;
-    launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*k_down_pre_, p, call_cap_, stream);
+    else launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);
     if (use_rows_) {
         MoeW4A16CombineParams c{};
         c.rows = rows_.ptr();

@@ -17,7 +17,10 @@
 // routed slots on one bf16 row per routed row and a fourth launch that sums each token's rows
 // (deterministic, no atomics). The automatic choices are the measured best per problem class on H200
 // (docs/perf-notes.md §8): gate_up dynamic for INT4 weights below 4096 routed slots, static otherwise;
-// down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path.
+// down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path. From `prefill_min`
+// routed slots per local expert (M x top-k / experts) a call runs the prefill configuration instead
+// (docs/perf-notes.md §9): routing into m-blocks of 64 rows, the prefill GEMMs (one CTA per m-block and
+// 128-row super-block), down rows + combine.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +58,14 @@ struct MoeW4A16Options {
     int down_k_chunk = -1;
     int order_window = 1;            // dynamic schedule: claim order, m-blocks per window (1: each matrix in order)
     int64_t rows_combine_min = 256;  // routed slots (M x topk) from which down writes rows + combine; -1 never
+    // Routed slots per local expert, M x topk / experts (before any EP dropping: slots of other ranks'
+    // experts count), from which a call runs the prefill configuration (routing with block_m 64, prefill
+    // gate_up, prefill down rows, combine); -1 never, 0 always. Measured on H200 (K2 shapes, perf notes
+    // §9, run 6d), in this quantity: the prefill configuration wins at 171 (TP8, 8192 tokens: 4084 vs
+    // 4455 us) and 225 (EP8, 2048 tokens, ~1350 reaching the rank, 41 rows per active expert: 976 vs
+    // 1166 us), loses at 8 (grouped decode) and 44 (EP8 decode, 8.7 rows per active expert). 128 lies
+    // between; nothing between 44 and 171 was measured.
+    int64_t prefill_min = 128;
 };
 
 class MoeW4A16 {
@@ -78,6 +89,7 @@ public:
     void launch_down(CUdeviceptr down, const runtime::TensorView& out, CUstream stream);
     // Of the call in flight:
     bool uses_rows_path() const { return use_rows_; }
+    bool uses_prefill() const { return use_prefill_; }
     bool gate_up_dynamic() const { return gu_dyn_; }
     bool down_dynamic() const { return dn_dyn_; }
 
@@ -86,9 +98,13 @@ public:
     static int choose_tiles(int64_t tokens, int topk, int experts);
 
     int tiles() const { return tiles_; }
-    const LoadedKernel& gate_up_kernel() const { return gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_; }
-    const LoadedKernel& down_kernel() const { return use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_; }
-    const LoadedKernel& routing_kernel() const { return *k_routing_; }
+    const LoadedKernel& gate_up_kernel() const {
+        return use_prefill_ ? *k_gate_up_pre_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
+    }
+    const LoadedKernel& down_kernel() const {
+        return use_prefill_ ? *k_down_pre_ : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
+    }
+    const LoadedKernel& routing_kernel() const { return use_prefill_ ? *k_routing_pre_ : *k_routing_; }
 
 private:
     void check_views(const runtime::TensorView& x, const runtime::TensorView& ids, const runtime::TensorView& w,
@@ -99,8 +115,11 @@ private:
     int tiles_ = 1;
     int sm_count_ = 0;
     int hidden_ = 0, inter_pad_ = 0, experts_ = 0;
-    int mblock_cap_ = 0;
+    int mblock_cap_ = 0;      // m-blocks of 8 x tiles rows the workspace holds
+    int mblock_cap_pre_ = 0;  // m-blocks of 64 rows the workspace holds (prefill configuration)
+    int call_cap_ = 0;        // m-block capacity given to the routing launch of the call in flight (prefill)
     int tokens_ = 0;       // M of the call in flight (set by launch_routing)
+    bool use_prefill_ = false;  // the call in flight runs the prefill configuration
     bool use_rows_ = false;  // the call in flight combines with the rows path
     bool gu_dyn_ = false, dn_dyn_ = false;  // ... and runs these GEMMs with the dynamic schedule
     int chunk_gu_ = 0, chunk_dn_ = 0, split_max_ = 0, split_cap_ = 0;
@@ -111,6 +130,9 @@ private:
     const LoadedKernel* k_down_dyn_ = nullptr;
     const LoadedKernel* k_down_rows_ = nullptr;    // rows mode, with the down schedule's rows pick
     const LoadedKernel* k_combine_ = nullptr;
+    const LoadedKernel* k_routing_pre_ = nullptr;  // prefill configuration (null when never used)
+    const LoadedKernel* k_gate_up_pre_ = nullptr;
+    const LoadedKernel* k_down_pre_ = nullptr;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
     runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_;
 };

@@ -306,17 +306,24 @@ void run_bench(const BenchOptions& o) {
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
         const double flops = 2.0 * rows * (3.0 * sc.inter * sc.hidden);
-        fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} tiles={} {}{} | {:8.1f} us (route {:5.1f}, "
+        // The configuration the timed calls ran: the prefill GEMMs (block_m 64), or the decode kernels
+        // with their schedules (gate_up/down) and combine path.
+        const std::string variant =
+            layer.uses_prefill()
+                ? std::string("prefill bm=64+rows")
+                : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(), layer.gate_up_dynamic() ? "dyn" : "static",
+                              layer.down_dynamic() ? "dyn" : "static", layer.uses_rows_path() ? "+rows" : "");
+        fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} {:<24} | {:8.1f} us (route {:5.1f}, "
                    "gate_up {:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | "
                    "{:6.1f} TFLOP/s\n",
-                   sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, layer.tiles(),
-                   std::string(layer.gate_up_dynamic() ? "dyn" : "static") + "/" + (layer.down_dynamic() ? "dyn" : "static"),
-                   layer.uses_rows_path() ? "+rows" : "", us, median(tr), median(tg), median(td), bytes / 1e6,
-                   bytes / us / 1e6, 100.0 * floor_us / us, floor_us, flops / us / 1e6);
+                   sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, variant, us,
+                   median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us, floor_us,
+                   flops / us / 1e6);
         std::fflush(stdout);
         results.push_back({{"name", sc.name}, {"format", std::string(moe::to_string(sc.fmt))}, {"M", r.tokens},
                            {"topk", sc.topk}, {"E", sc.experts}, {"H", sc.hidden}, {"I", sc.inter}, {"rows", rows},
                            {"active", active}, {"max_rows", max_rows}, {"tiles", layer.tiles()}, {"copies", copies},
+                           {"variant", variant}, {"prefill", layer.uses_prefill()},
                            {"us", us}, {"us_route", median(tr)}, {"us_gate_up", median(tg)}, {"us_down", median(td)},
                            {"bytes", bytes}, {"floor_us", floor_us}, {"flops", flops}, {"decode", sc.decode}});
         if (!o.routing_dir.empty()) {
@@ -380,6 +387,11 @@ void add_moe_bench(CLI::App& bench) {
                     "routed slots (tokens x top-k) from which down writes rows and a combine kernel sums them "
                     "(-1 never: fp32 atomics)")
         ->envname("KILN_BENCH_MOE_ROWS_COMBINE_MIN")
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+    cmd->add_option("--prefill-min", opts->layer.prefill_min,
+                    "routed slots per local expert (tokens x top-k / experts) from which the layer runs the prefill "
+                    "GEMMs (block_m 64, rows + combine); -1 never, 0 always")
+        ->envname("KILN_BENCH_MOE_PREFILL_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->callback([opts, schedules]() {
         const auto pick = [](const std::string& s) {
