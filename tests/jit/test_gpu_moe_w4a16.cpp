@@ -5,7 +5,9 @@
 // no local expert, odd sizes and 1 to 16k tokens. Outputs are poisoned (NaN) before every run, and
 // every case runs twice (the layer must leave its accumulator and counters clean) under each layer
 // configuration: the automatic choices, static and dynamic schedules (chosen K chunks, one-stage items
-// with an odd claim window), fp32-atomic and rows + combine down paths.
+// with an odd claim window), fp32-atomic and rows + combine down paths, and the prefill configuration
+// (routing into m-blocks of 64, the prefill GEMMs, rows + combine; forced for every case, also with a
+// workspace larger than the call).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -235,21 +237,26 @@ void run_case(const Case& c) {
         P gate_up, down;
         int gate_up_chunk, down_chunk, window;
         int64_t rows_min;
+        int64_t prefill_min;  // -1: the decode kernels only
+        int max_tokens_factor;  // workspace for this many times the call's tokens
     };
+    const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
-        {"automatic (the defaults)", P::automatic, P::automatic, 0, -1, 1, 256},
-        {"static, atomics", P::static_shares, P::static_shares, 0, -1, 1, -1},
-        {"dynamic, chosen chunks", P::dynamic, P::dynamic, -1, -1, 1, -1},
-        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1},
-        {"static, rows + combine", P::static_shares, P::static_shares, 0, -1, 1, 0},
-        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0},
+        {"automatic (the defaults)", P::automatic, P::automatic, 0, -1, 1, 256, auto_prefill, 1},
+        {"static, atomics", P::static_shares, P::static_shares, 0, -1, 1, -1, -1, 1},
+        {"dynamic, chosen chunks", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1},
+        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1},
+        {"static, rows + combine", P::static_shares, P::static_shares, 0, -1, 1, 0, -1, 1},
+        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
+        {"prefill (forced)", P::automatic, P::automatic, 0, -1, 1, 256, 0, 1},
+        {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, 0, -1, 1, -1, 0, 3},
     };
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
         MoeW4A16Options opt;
         opt.act = c.act;
         opt.topk = c.topk;
-        opt.max_tokens = c.tokens;
+        opt.max_tokens = c.tokens * cfg.max_tokens_factor;
         opt.tiles = c.tiles;
         opt.gate_up_schedule = cfg.gate_up;
         opt.down_schedule = cfg.down;
@@ -257,13 +264,22 @@ void run_case(const Case& c) {
         opt.down_k_chunk = cfg.down_chunk;
         opt.order_window = cfg.window;
         opt.rows_combine_min = cfg.rows_min;
+        opt.prefill_min = cfg.prefill_min;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
+        const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
             CAPTURE(rep);
             fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
             layer.forward(dgu.ptr(), ddn.ptr(), dx.view(DType::bf16, {m, c.hidden}), dids.view(DType::i32, {m, c.topk}),
                           dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
             s.synchronize();
+            CHECK(layer.uses_prefill() == want_prefill);
+            if (want_prefill) {
+                CHECK(layer.uses_rows_path());
+                CHECK(MoeW4A16Family::kind(layer.gate_up_kernel().desc) == MoeW4A16Kernel::prefill_gate_up);
+                CHECK(MoeW4A16Family::kind(layer.down_kernel().desc) == MoeW4A16Kernel::prefill_down);
+                CHECK(layer.routing_kernel().desc.config.block_m == 64);
+            }
             const std::vector<uint16_t> got = to_host<uint16_t>(dout);
             double num = 0, den = 0;
             long nans = 0;
@@ -353,6 +369,11 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"16384 tokens", F::mxfp4_g32_e8m0, situ, 128, 64, 32, 4, 16384, "uniform", 4},
         {"prefill odd K, 2048 tokens", F::int4_g32_bf16, silu, 352, 160, 12, 4, 2048, "skewed", 4},
         {"prefill 8192 tokens", F::mxfp4_g32_e8m0, situ, 256, 96, 24, 6, 8192, "uniform", 4},
+        {"prefill hot expert 4096, odd sizes", F::int4_g32_bf16, silu, 224, 320, 16, 6, 4096, "hot", 4},
+        {"prefill foreign slots 2048", F::int4_g32_bf16, situ, 256, 160, 48, 8, 2048, "foreign", 4},
+        {"prefill half the experts empty 8192", F::int4_g32_bf16, situ, 160, 96, 32, 4, 8192, "half_empty", 4},
+        {"prefill skewed 16384, K 352", F::mxfp4_g32_e8m0, silu, 352, 64, 64, 4, 16384, "skewed", 4},
+        {"prefill mxfp4 silu 2048 odd", F::mxfp4_g32_e8m0, silu, 160, 224, 12, 4, 2048, "uniform", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
     };
