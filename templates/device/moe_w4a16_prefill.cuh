@@ -17,10 +17,12 @@
 // token rows (every thread copies its share with cp.async; 256 arrivals per slot); the weights get
 // most of the shared memory. One CTA barrier per step guards the slots that are refilled.
 //
-// Status (docs/perf-notes.md §9): correct on H200 for every development-harness case, but slower than
-// the decode kernels on every measured scenario: a fixed per-step cost dominates (each weight word is
-// dequantised by two warps, plus the per-step waits and barrier); the ring depths were measured not to
-// matter. The kiln family does not generate this kernel yet.
+// Status (docs/perf-notes.md §9): correct on H200 for every development-harness case. With kRB = 2 it
+// was slower than the decode kernels on every measured scenario (a fixed per-step cost dominates: each
+// weight word dequantised by two warps, plus the per-step waits and barrier); with kRB = 1 and block_m
+// 64 (run 6d) it beats them on prefill-sized batches (K2 EP8 2048 tokens 1.20x, TP8 8192 1.09x) and
+// loses on decode. The kiln family generates that configuration (jit/family_moe_w4a16.hpp, prefill
+// kinds); the layer picks it from the routed slots per expert (jit/moe_w4a16.hpp).
 //
 // Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
 // m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together
