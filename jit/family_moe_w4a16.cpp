@@ -120,16 +120,18 @@ uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bo
     return static_cast<uint32_t>(4 * group + (dynamic ? 4 * 2 * 40 * 4 : 0));  // + the item slots
 }
 
-// templates/device/moe_w4a16_prefill.cuh, PrefillSmem<kFormat, 8>: 4 token stages of 64 rows x 144 bytes,
-// then the weight records, then one mbarrier per stage of both rings.
-uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages) {
-    constexpr int x_stages = 4, x_tile = 64 * 144;
-    return static_cast<uint32_t>(x_stages * x_tile + stages * record_bytes(f) + round_up(8 * (stages + x_stages), 128));
+// templates/device/moe_w4a16_prefill.cuh, PrefillSmem<kFormat, 8, recs>: 4 (one record per step) or 3 (two)
+// token stages of 64 rows x (128 recs + 16) bytes, then the weight slots of `recs` records, then one
+// mbarrier per stage of both rings.
+uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages, int recs) {
+    const int x_stages = recs == 1 ? 4 : 3, x_tile = 64 * (128 * recs + 16);
+    return static_cast<uint32_t>(x_stages * x_tile + stages * recs * record_bytes(f) +
+                                 round_up(8 * (stages + x_stages), 128));
 }
 
-int moe_w4a16_prefill_default_stages(WeightFormat f) {
+int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
     int s = 24;
-    while (s > 2 && moe_w4a16_prefill_smem(f, s) > k_moe_w4a16_prefill_smem_limit) --s;
+    while (s > 2 && moe_w4a16_prefill_smem(f, s, recs) > k_moe_w4a16_prefill_smem_limit) --s;
     return s;
 }
 
@@ -201,14 +203,16 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         } else {
             d.config.flags |= k_flag_rows;  // the prefill down GEMM writes rows only
         }
-        const int stages = in.config.stages ? in.config.stages : moe_w4a16_prefill_default_stages(in.weight_format);
-        if (stages < 2 || moe_w4a16_prefill_smem(in.weight_format, stages) > k_moe_w4a16_prefill_smem_limit)
-            throw InvalidArgument(fmt::format("moe_w4a16: {} prefill weight stages do not fit in {} bytes of shared "
-                                              "memory (two CTAs per SM)",
-                                              stages, k_moe_w4a16_prefill_smem_limit));
+        // Two records per K step (block_k 128) halve the per-step fixed work; they need K_pad % 128 == 0.
+        const int recs = round_up(in.k, 64) % 128 == 0 ? 2 : 1;
+        const int stages = in.config.stages ? in.config.stages : moe_w4a16_prefill_default_stages(in.weight_format, recs);
+        if (stages < 2 || moe_w4a16_prefill_smem(in.weight_format, stages, recs) > k_moe_w4a16_prefill_smem_limit)
+            throw InvalidArgument(fmt::format("moe_w4a16: {} prefill weight stages of block_k {} do not fit in {} bytes "
+                                              "of shared memory (two CTAs per SM)",
+                                              stages, 64 * recs, k_moe_w4a16_prefill_smem_limit));
         d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
         d.config.block_n = k_superblock_rows;
-        d.config.block_k = 64;
+        d.config.block_k = static_cast<uint16_t>(64 * recs);
         d.config.stages = static_cast<uint8_t>(stages);
         d.config.ctas_per_sm = 2;
         d.config.warps = k_prefill_threads / 32;
@@ -244,7 +248,8 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::dequant:
         case MoeW4A16Kernel::combine: return 0;
         case MoeW4A16Kernel::prefill_gate_up:
-        case MoeW4A16Kernel::prefill_down: return moe_w4a16_prefill_smem(d.weight_format, d.config.stages);
+        case MoeW4A16Kernel::prefill_down:
+            return moe_w4a16_prefill_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
         default:
             return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64,
                                        (d.config.flags & k_flag_dynamic) != 0);
@@ -272,14 +277,15 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             return s;
         case MoeW4A16Kernel::prefill_gate_up:
         case MoeW4A16Kernel::prefill_down: {
-            // kTiles 8 (block_m 64), kRB 1: each warp owns one 16-row block and every token tile.
+            // kTiles 8 (block_m 64), kRB 1: each warp owns one 16-row block and every token tile;
+            // kRecs = block_k / 64 records per K step.
             const bool gate_up = kind(d) == MoeW4A16Kernel::prefill_gate_up;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
             s.file_name = gate_up ? "moe_w4a16_prefill_gate_up.cu" : "moe_w4a16_prefill_down.cu";
-            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill<{}, {}, {}, {}, {}, 8, {}, 1>",
+            s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill<{}, {}, {}, {}, {}, 8, {}, 1, {}>",
                                       format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
-                                      d.config.stages);
+                                      d.config.stages, d.config.block_k / 64);
             s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill.cuh\"\n", to_string(d));
             return s;
         }

@@ -10,7 +10,8 @@
 //   combine  sums each token's router-weighted down rows (the rows mode of down), deterministic order
 //   prefill gate_up  (bit 8 + kind gate_up) gate_up for prefill-sized batches (moe_w4a16_prefill.cuh):
 //            one CTA of 256 threads per (m-block, 128-row super-block), grid = m-block capacity x
-//            n / 128; block_m 64, one 16-row block per warp (kRB 1), the decode layout's weights
+//            n / 128; block_m 64, one 16-row block per warp (kRB 1), the decode layout's weights;
+//            block_k 128 (two records per K step) when K padded to 64 is a multiple of 128, else 64
 //   prefill down     (bit 8 + kind down) the same for down, always in the rows mode (flag bit 6 set):
 //            router-weighted bf16 rows for `combine`
 //
@@ -20,7 +21,7 @@
 // dynamic item claiming instead of static per-SM shares) and the rows mode of down (flag bit 6).
 // M is never baked in. The decode GEMMs run one persistent CTA of 512 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
-// 112 KB of shared memory, as prefill_default_stages<> computes it; block_k 64); the routing kernel
+// 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k); the routing kernel
 // one CTA (block_m 8, 16, 32 or 64: the prefill GEMMs read m-blocks of 64).
 // Host target (templates/host/moe_w4a16.hpp): the same five kernels and parameter blocks on the host
 // thread pool; they bake in the format, n, k, block_m (8, 16, 32 or 64), the activation, the rows mode
@@ -118,11 +119,12 @@ public:
 int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic = false);
 uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic = false);
-// Shared memory of the prefill GEMMs (block_m 64), mirroring prefill_smem_bytes / prefill_default_stages
-// of templates/device/moe_w4a16_prefill.cuh; the limit keeps two CTAs per SM.
+// Shared memory of the prefill GEMMs (block_m 64, `recs` 64-wide records per K step), mirroring
+// prefill_smem_bytes / prefill_default_stages of templates/device/moe_w4a16_prefill.cuh; the limit keeps
+// two CTAs per SM.
 constexpr uint32_t k_moe_w4a16_prefill_smem_limit = 114688;
-uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages);
-int moe_w4a16_prefill_default_stages(WeightFormat f);
+uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages, int recs);
+int moe_w4a16_prefill_default_stages(WeightFormat f, int recs);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams

@@ -90,36 +90,41 @@ inline DecodeKernel select_decode(int format, bool wide, int sched, int mode, in
 }
 
 #ifdef HARNESS_KERNEL_DEFS
-template <int F, bool W, int Mode, int Act, bool Mask, int T, int RB>
+template <int F, bool W, int Mode, int Act, bool Mask, int T, int RB, int R = 1>
 DecodeKernel make_prefill() {
-    constexpr int S = prefill_default_stages<F, T>();
-    return {&moe_w4a16_prefill<F, W, Mode, Act, Mask, T, S, RB>, prefill_smem_bytes<F, T>(S), S};
+    constexpr int S = prefill_default_stages<F, T, R>();
+    return {&moe_w4a16_prefill<F, W, Mode, Act, Mask, T, S, RB, R>, prefill_smem_bytes<F, T, R>(S), S};
 }
+// Two records per step only for block_m 64 with one row-block per warp (the configuration kiln uses).
 template <int F, bool W, int Mode, int Act, bool Mask>
-DecodeKernel sel_prefill_tiles(int tiles, int rb) {
+DecodeKernel sel_prefill_tiles(int tiles, int rb, int recs) {
+    if (tiles == 8 && rb == 1 && recs == 2) return make_prefill<F, W, Mode, Act, Mask, 8, 1, 2>();
+    if (recs != 1) return {};
     if (tiles == 8) return rb == 1 ? make_prefill<F, W, Mode, Act, Mask, 8, 1>() : make_prefill<F, W, Mode, Act, Mask, 8, 2>();
     if (tiles == 16) return rb == 1 ? make_prefill<F, W, Mode, Act, Mask, 16, 1>() : make_prefill<F, W, Mode, Act, Mask, 16, 2>();
     return {};
 }
 template <int F, bool W>
-DecodeKernel sel_prefill(int mode, int act, bool mask, int tiles, int rb) {
-    if (mode == 2) return sel_prefill_tiles<F, W, 2, 0, false>(tiles, rb);
+DecodeKernel sel_prefill(int mode, int act, bool mask, int tiles, int rb, int recs) {
+    if (mode == 2) return sel_prefill_tiles<F, W, 2, 0, false>(tiles, rb, recs);
     if (mode != 0) return {};
     if (act == kActSiluGlu)
-        return mask ? sel_prefill_tiles<F, W, 0, kActSiluGlu, true>(tiles, rb)
-                    : sel_prefill_tiles<F, W, 0, kActSiluGlu, false>(tiles, rb);
-    return mask ? sel_prefill_tiles<F, W, 0, kActSituGlu, true>(tiles, rb)
-                : sel_prefill_tiles<F, W, 0, kActSituGlu, false>(tiles, rb);
+        return mask ? sel_prefill_tiles<F, W, 0, kActSiluGlu, true>(tiles, rb, recs)
+                    : sel_prefill_tiles<F, W, 0, kActSiluGlu, false>(tiles, rb, recs);
+    return mask ? sel_prefill_tiles<F, W, 0, kActSituGlu, true>(tiles, rb, recs)
+                : sel_prefill_tiles<F, W, 0, kActSituGlu, false>(tiles, rb, recs);
 }
 #endif
 
 // Prefill GEMMs (moe_w4a16_prefill.cuh): mode 0 gate_up, 2 down rows; tiles 8 or 16 (block_m 64 / 128);
-// rb: 16-row blocks per warp (2 or 1).
-DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles, int rb);
-DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide, int rb);
-inline DecodeKernel select_prefill(int format, bool wide, int mode, int act, bool mask, int tiles, int rb = 2) {
-    return format == kFormatInt4 ? select_prefill_int4(mode, act, mask, tiles, rb)
-                                 : select_prefill_mxfp4(mode, act, mask, tiles, wide, rb);
+// rb: 16-row blocks per warp (2 or 1); recs: 64-wide records per K step (2 only for tiles 8, rb 1, and
+// only for k_pad % 128 == 0: the caller picks).
+DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles, int rb, int recs);
+DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide, int rb, int recs);
+inline DecodeKernel select_prefill(int format, bool wide, int mode, int act, bool mask, int tiles, int rb = 2,
+                                   int recs = 1) {
+    return format == kFormatInt4 ? select_prefill_int4(mode, act, mask, tiles, rb, recs)
+                                 : select_prefill_mxfp4(mode, act, mask, tiles, wide, rb, recs);
 }
 
 // Measurement variants: the INT4 gate_up pipeline (one token tile) without the math.

@@ -3,7 +3,7 @@
 #include "harness_kernels.cuh"
 
 namespace harness {
-DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles, int rb) {
-    return sel_prefill<kFormatInt4, false>(mode, act, mask, tiles, rb);
+DecodeKernel select_prefill_int4(int mode, int act, bool mask, int tiles, int rb, int recs) {
+    return sel_prefill<kFormatInt4, false>(mode, act, mask, tiles, rb, recs);
 }
 }  // namespace harness

@@ -3,8 +3,8 @@
 #include "harness_kernels.cuh"
 
 namespace harness {
-DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide, int rb) {
-    return wide ? sel_prefill<kFormatMxfp4, true>(mode, act, mask, tiles, rb)
-                : sel_prefill<kFormatMxfp4, false>(mode, act, mask, tiles, rb);
+DecodeKernel select_prefill_mxfp4(int mode, int act, bool mask, int tiles, bool wide, int rb, int recs) {
+    return wide ? sel_prefill<kFormatMxfp4, true>(mode, act, mask, tiles, rb, recs)
+                : sel_prefill<kFormatMxfp4, false>(mode, act, mask, tiles, rb, recs);
 }
 }  // namespace harness

@@ -11,7 +11,8 @@
 // writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's automatic
 // choices per call. p64 / p128: the prefill GEMM (moe_w4a16_prefill.cuh) with m-blocks of 64 / 128 rows
 // for gate_up and down (rows + combine); pauto picks 64 or 128 from the routed rows per active expert;
-// p64s / p128s the same with one 16-row block per warp (each weight word dequantised once per CTA).
+// p64s / p128s the same with one 16-row block per warp (each weight word dequantised once per CTA);
+// p64s2: p64s with two 64-wide records per K step (block_k 128) where k_pad % 128 == 0, else one.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage, 3 CUDA error, 4 a kernel did not finish
 // within its deadline (hang), 77 no device.
@@ -376,6 +377,7 @@ struct Variant {
     bool automatic = false;  // the kiln layer's automatic choices per call (jit/moe_w4a16.cpp)
     int prefill = 0;      // prefill GEMM for both: block_m 64 or 128; -1 chosen from rows per active expert
     int prefill_rb = 2;   // prefill GEMM: 16-row blocks per warp (1: each weight word dequantised once per CTA)
+    int prefill_recs = 1; // prefill GEMM: records per K step (2 applies where k_pad % 128 == 0)
 };
 
 bool variant_by_name(const std::string& n, Variant& v) {
@@ -388,6 +390,7 @@ bool variant_by_name(const std::string& n, Variant& v) {
     if (n == "pauto") return (v.prefill = -1), v.rows = true;
     if (n == "p64s") return (v.prefill = 64), (v.prefill_rb = 1), v.rows = true;
     if (n == "p128s") return (v.prefill = 128), (v.prefill_rb = 1), v.rows = true;
+    if (n == "p64s2") return (v.prefill = 64), (v.prefill_rb = 1), (v.prefill_recs = 2), v.rows = true;
     v.sched = 1;
     if (n == "v4") return true;
     v.chunk = -1;
@@ -470,8 +473,12 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
         l.bm = prefill_block_m(var, rows_per_active);
         l.mblock_cap = mblock_cap_for((long long)M * topk, E, l.bm);
         const bool mask = gu.meta.k % 64 != 0;
-        l.gate_up = harness::select_prefill(fmt_code(gu.meta.format), gu.meta.wide_scales, 0, act, mask, l.bm / 8, var.prefill_rb);
-        l.down = harness::select_prefill(fmt_code(dn.meta.format), dn.meta.wide_scales, 2, act, false, l.bm / 8, var.prefill_rb);
+        const int recs_gu = gu.meta.k_pad % 128 == 0 ? var.prefill_recs : 1;
+        const int recs_dn = dn.meta.k_pad % 128 == 0 ? var.prefill_recs : 1;
+        l.gate_up = harness::select_prefill(fmt_code(gu.meta.format), gu.meta.wide_scales, 0, act, mask, l.bm / 8,
+                                            var.prefill_rb, recs_gu);
+        l.down = harness::select_prefill(fmt_code(dn.meta.format), dn.meta.wide_scales, 2, act, false, l.bm / 8,
+                                         var.prefill_rb, recs_dn);
         l.routing = harness::select_routing(l.bm);
         l.combine = harness::select_combine();
         if (!l.gate_up.fn || !l.down.fn || !l.routing) {
@@ -483,15 +490,16 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
             CK(cudaFuncSetAttribute(k->fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         }
         CK(cudaFuncSetAttribute(l.routing, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
-        static std::set<std::tuple<int, int, int>> reported;  // (block_m, format, rb): once per process
-        if (reported.insert({l.bm, fmt_code(gu.meta.format), var.prefill_rb}).second) {
+        static std::set<std::tuple<int, int, int, int>> reported;  // (block_m, format, rb, recs): once per process
+        if (reported.insert({l.bm, fmt_code(gu.meta.format), var.prefill_rb, recs_gu}).second) {
             int occ_gu = 0, occ_dn = 0;
             cudaFuncAttributes a{};
             CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_gu, l.gate_up.fn, kiln_dev::moe::kPrefillThreads, l.gate_up.smem));
             CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_dn, l.down.fn, kiln_dev::moe::kPrefillThreads, l.down.smem));
             CK(cudaFuncGetAttributes(&a, l.gate_up.fn));
-            std::printf("probe: prefill block_m %d format %d rb %d: gate_up %d regs, %d B smem, %d weight stages, %d CTAs/SM; down %d CTAs/SM\n",
-                        l.bm, fmt_code(gu.meta.format), var.prefill_rb, a.numRegs, l.gate_up.smem, l.gate_up.stages, occ_gu, occ_dn);
+            std::printf("probe: prefill block_m %d format %d rb %d recs %d/%d: gate_up %d regs, %d B smem, %d weight stages, %d CTAs/SM; down %d CTAs/SM\n",
+                        l.bm, fmt_code(gu.meta.format), var.prefill_rb, recs_gu, recs_dn, a.numRegs, l.gate_up.smem,
+                        l.gate_up.stages, occ_gu, occ_dn);
         }
         return l;
     }

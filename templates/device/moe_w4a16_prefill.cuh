@@ -11,18 +11,23 @@
 // at or past the m-block's row count are skipped (the condition is warp-uniform); rows past the count
 // inside a live tile are computed but never stored.
 //
-// Pipelines: two rings of 64-wide K steps. The weight ring has kStages slots of one record each (weights
-// and scales of all 8 row-blocks, contiguous in the layout): one thread issues one bulk async copy per
-// slot, completing on the slot's mbarrier (expect_tx). The token ring has kXStages slots of the gathered
-// token rows (every thread copies its share with cp.async; 256 arrivals per slot); the weights get
-// most of the shared memory. One CTA barrier per step guards the slots that are refilled.
+// Pipelines: two rings of K steps of kRecs 64-wide records (block_k 64 or 128; kRecs 2 needs
+// k_pad % 128 == 0, the host picks 1 otherwise, as for the decode kernels). The weight ring has kStages
+// slots of kRecs records each (weights and scales of all 8 row-blocks, the records of a super-block
+// contiguous along K in the layout): one thread issues one bulk async copy per slot, completing on the
+// slot's mbarrier (expect_tx). The token ring has kXStages slots of the gathered token rows (every
+// thread copies its share with cp.async; 256 arrivals per slot); the weights get most of the shared
+// memory. One CTA barrier per step guards the slots that are refilled; two records per step halve
+// that fixed per-step work (waits, barrier, copy issue) per FLOP.
 //
 // Status (docs/perf-notes.md §9): correct on H200 for every development-harness case. With kRB = 2 it
 // was slower than the decode kernels on every measured scenario (a fixed per-step cost dominates: each
 // weight word dequantised by two warps, plus the per-step waits and barrier); with kRB = 1 and block_m
 // 64 (run 6d) it beats them on prefill-sized batches (K2 EP8 2048 tokens 1.20x, TP8 8192 1.09x) and
-// loses on decode. The kiln family generates that configuration (jit/family_moe_w4a16.hpp, prefill
-// kinds); the layer picks it from the routed slots per expert (jit/moe_w4a16.hpp).
+// loses on decode. Two records per step (kRecs 2) cut that further (K2 EP8 2048: gate_up 611 -> 533 us,
+// down 357 -> 318; TP8 8192: gate_up 1848 -> 1699, down 2084 -> 1969). The kiln family generates kRB 1
+// with kRecs 2 where k_pad % 128 == 0, else 1 (jit/family_moe_w4a16.hpp, prefill kinds); the layer picks
+// it from the routed slots per expert (jit/moe_w4a16.hpp).
 //
 // Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
 // m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together
@@ -42,31 +47,32 @@ namespace moe {
 
 constexpr int kPrefillThreads = 256;
 
-// Shared memory: [kXStages token tiles (8 * kTiles rows of 64 inputs, 144-byte rows) | kStages weight
-// records | mbarriers (tokens, then weights)].
-template <int kFormat, int kTiles>
+// Shared memory: [kXStages token tiles (8 * kTiles rows of 64 kRecs inputs, 128 kRecs + 16-byte rows) |
+// kStages weight slots of kRecs records | mbarriers (tokens, then weights)].
+template <int kFormat, int kTiles, int kRecs = 1>
 struct PrefillSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
     static constexpr int kRec = LB::kRecordBytes;  // a multiple of 128
-    static constexpr int kXStride = 144;           // 128 bytes of inputs + 16: conflict-free ldmatrix
+    static constexpr int kWSlot = kRecs * kRec;
+    static constexpr int kXStride = 128 * kRecs + 16;  // inputs + 16 bytes: conflict-free ldmatrix
     static constexpr int kXTile = 8 * kTiles * kXStride;
-    static constexpr int kXStages = kTiles == 8 ? 4 : 3;
+    static constexpr int kXStages = kTiles == 8 && kRecs == 1 ? 4 : 3;
     static constexpr int kOffW = kXStages * kXTile;
 };
 
 // Per CTA at most 112 KB, so that two CTAs share an SM.
 constexpr int kPrefillSmemLimit = 114688;
 
-template <int kFormat, int kTiles>
+template <int kFormat, int kTiles, int kRecs = 1>
 __host__ __device__ constexpr int prefill_smem_bytes(int stages) {
-    using SM = PrefillSmem<kFormat, kTiles>;
-    return SM::kOffW + stages * SM::kRec + ((8 * (stages + SM::kXStages) + 127) / 128) * 128;
+    using SM = PrefillSmem<kFormat, kTiles, kRecs>;
+    return SM::kOffW + stages * SM::kWSlot + ((8 * (stages + SM::kXStages) + 127) / 128) * 128;
 }
-// Deepest weight ring (at most 24 records) under the limit.
-template <int kFormat, int kTiles>
+// Deepest weight ring (at most 24 slots) under the limit.
+template <int kFormat, int kTiles, int kRecs = 1>
 __host__ __device__ constexpr int prefill_default_stages() {
     int s = 24;
-    while (s > 2 && prefill_smem_bytes<kFormat, kTiles>(s) > kPrefillSmemLimit) --s;
+    while (s > 2 && prefill_smem_bytes<kFormat, kTiles, kRecs>(s) > kPrefillSmemLimit) --s;
     return s;
 }
 
@@ -74,14 +80,16 @@ __host__ __device__ constexpr int prefill_default_stages() {
 // kRB: 16-row blocks per warp. 2 (the measured version): warp w owns row-blocks 2 (w % 4), +1 and the
 // token tiles of parity w / 4, so each weight word is dequantised by two warps. 1: warp w owns row-block
 // w and every token tile, so each word is dequantised once per CTA (half the dequantisation; every warp
-// then loads every token tile).
-template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRB = 2>
+// then loads every token tile). kRecs: 64-wide records per K step (1 or 2; 2 needs k_pad % 128 == 0).
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRB = 2,
+          int kRecs = 1>
 __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const DecodeParams p) {
     static_assert(kTiles == 8 || kTiles == 16, "block_m 64 or 128");
     static_assert(kRB == 1 || kRB == 2, "one or two row-blocks per warp");
+    static_assert(kRecs == 1 || kRecs == 2, "one or two records per step");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
-    using SM = PrefillSmem<kFormat, kTiles>;
+    using SM = PrefillSmem<kFormat, kTiles, kRecs>;
     using LB = typename SM::LB;
     constexpr int kBM = 8 * kTiles;
     constexpr int kTW = kRB == 2 ? kTiles / 2 : kTiles;  // token tiles per warp
@@ -90,7 +98,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     constexpr int kRec = SM::kRec;
     constexpr int kScB = LB::kScaleBytesPerBlock;
     constexpr int kWB = LB::kWeightBytes;
-    constexpr int kCpt = kBM * 8 / kPrefillThreads;     // 16-byte token chunks per thread and stage
+    constexpr int kWSlot = SM::kWSlot;
+    constexpr int kCpr = 8 * kRecs;                      // 16-byte token chunks per row and stage
+    constexpr int kRpp = kPrefillThreads / kCpr;         // rows per pass of the CTA (32 or 16)
+    constexpr int kCpt = kBM * kCpr / kPrefillThreads;   // 16-byte token chunks per thread and stage
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
 
@@ -105,14 +116,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
     const int mb = static_cast<int>(blockIdx.x) / nsb;
     const int sb = static_cast<int>(blockIdx.x) - mb * nsb;
     if (mb >= *p.num_mblocks) return;
-    const int nq = p.k_pad >> 6;
+    const int nq = p.k_pad >> 6;  // records
+    const int nst = nq / kRecs;   // K steps (the host guarantees nq % kRecs == 0)
     const int2 info = __ldg(p.mblock_info + mb);
     const int valid = info.y;
     const int ntiles = (valid + 7) >> 3;
 
     const u32 sbase = smem_addr(smem_raw);
     const u32 wbase = sbase + SM::kOffW;
-    const u32 xbars = wbase + kStages * kRec;  // kXS token barriers, then kStages weight barriers
+    const u32 xbars = wbase + kStages * kWSlot;  // kXS token barriers, then kStages weight barriers
     const u32 wbars = xbars + 8 * kXS;
     if (tid == 0) {
 #pragma unroll
@@ -121,13 +133,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         fence_mbar_init();
     }
 
-    // The token rows this thread copies: rows (tid / 8) + 32 h, inputs 8 (tid % 8) .. + 7 of each record.
-    // Source rows are kept as 32-bit row indices (-1: not copied) to spare registers.
-    const int kc = tid & 7;
+    // The token rows this thread copies: rows tid / kCpr + kRpp h, inputs 8 (tid % kCpr) .. + 7 of each
+    // step. Source rows are kept as 32-bit row indices (-1: not copied) to spare registers.
+    const int kc = tid % kCpr;
     int srow[kCpt];
 #pragma unroll
     for (int h = 0; h < kCpt; ++h) {
-        const int row = (tid >> 3) + 32 * h;
+        const int row = tid / kCpr + kRpp * h;
         srow[h] = -1;
         if (row < valid) srow[h] = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
     }
@@ -140,18 +152,18 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         for (int h = 0; h < kCpt; ++h) {
             if (srow[h] >= 0) {
                 int bytes = 16;
-                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + kc * 8)) * 2));
-                const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 + kc * 8;
-                cp_async16(st + ((tid >> 3) + 32 * h) * SM::kXStride + kc * 16,
+                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 * kRecs + kc * 8)) * 2));
+                const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 * kRecs + kc * 8;
+                cp_async16(st + (tid / kCpr + kRpp * h) * SM::kXStride + kc * 16,
                            bytes ? static_cast<const void*>(src) : static_cast<const void*>(p.x), bytes);
             }
         }
         cp_async_mbar_arrive(xbars + 8 * slot);
     };
-    auto produce_w = [&](int q, int slot) {  // thread 0 only
+    auto produce_w = [&](int q, int slot) {  // thread 0 only; q: the K step
         const u32 bar = wbars + 8 * slot;
-        mbar_arrive_expect_tx(bar, kRec);
-        bulk_g2s(wbase + slot * kRec, wrec + static_cast<u64>(q) * kRec, kRec, bar);
+        mbar_arrive_expect_tx(bar, kWSlot);
+        bulk_g2s(wbase + slot * kWSlot, wrec + static_cast<u64>(q) * kWSlot, kWSlot, bar);
     };
 
     float acc[kRB][kTW][4];
@@ -167,60 +179,63 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
 
     if (tid == 0) {
 #pragma unroll 1
-        for (int s = 0; s < kStages - 1 && s < nq; ++s) produce_w(s, s);
+        for (int s = 0; s < kStages - 1 && s < nst; ++s) produce_w(s, s);
     }
 #pragma unroll 1
-    for (int s = 0; s < kXS - 1 && s < nq; ++s) produce_x(s, s);
+    for (int s = 0; s < kXS - 1 && s < nst; ++s) produce_x(s, s);
 
     int ws = 0, xs = 0;     // slots consumed this step
     u32 wph = 0, xph = 0;   // their phases
     int wp = kStages - 1, xp = kXS - 1;  // slots refilled this step (consumed by the previous step)
 #pragma unroll 1
-    for (int i = 0; i < nq; ++i) {
+    for (int i = 0; i < nst; ++i) {
         mbar_wait(wbars + 8 * ws, wph);
         mbar_wait(xbars + 8 * xs, xph);
         __syncthreads();  // every warp is done with the slots refilled below (consumed last step)
         // No proxy fence before the bulk copy: the slot's generic reads (last step) have delivered
         // their values before the barrier above, and a fence here would also wait for thread 0's own
         // cp.async token copies in flight (an L2 round trip per step for the whole CTA).
-        if (tid == 0 && i + kStages - 1 < nq) produce_w(i + kStages - 1, wp);
-        if (i + kXS - 1 < nq) produce_x(i + kXS - 1, xp);
-        const u32 st = wbase + ws * kRec;
-        const u32 stx = sbase + xs * SM::kXTile;
-        u32 words[kRB][4], m[kRB][4];
+        if (tid == 0 && i + kStages - 1 < nst) produce_w(i + kStages - 1, wp);
+        if (i + kXS - 1 < nst) produce_x(i + kXS - 1, xp);
 #pragma unroll
-        for (int h = 0; h < kRB; ++h) {
-            const uint4 wv = lds128(st + w_off + h * 512);
-            words[h][0] = wv.x;
-            words[h][1] = wv.y;
-            words[h][2] = wv.z;
-            words[h][3] = wv.w;
-            uint2 sv;
-            if constexpr (kFormat == kFormatInt4) {
-                sv = lds64(st + s_off + h * kScB);
-            } else {
-                sv.x = lds32(st + s_off + h * kScB);
-                sv.y = 0;
+        for (int r = 0; r < kRecs; ++r) {
+            const u32 st = wbase + ws * kWSlot + r * kRec;
+            const u32 stx = sbase + xs * SM::kXTile + r * 128;
+            u32 words[kRB][4], m[kRB][4];
+#pragma unroll
+            for (int h = 0; h < kRB; ++h) {
+                const uint4 wv = lds128(st + w_off + h * 512);
+                words[h][0] = wv.x;
+                words[h][1] = wv.y;
+                words[h][2] = wv.z;
+                words[h][3] = wv.w;
+                uint2 sv;
+                if constexpr (kFormat == kFormatInt4) {
+                    sv = lds64(st + s_off + h * kScB);
+                } else {
+                    sv.x = lds32(st + s_off + h * kScB);
+                    sv.y = 0;
+                }
+                expand_scales<kFormat, kWideScale>(sv, m[h]);
             }
-            expand_scales<kFormat, kWideScale>(sv, m[h]);
-        }
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {  // k32 halves of the record
-            u32 a[kRB][2][4];
+            for (int c = 0; c < 2; ++c) {  // k32 halves of the record
+                u32 a[kRB][2][4];
 #pragma unroll
-            for (int h = 0; h < kRB; ++h)
+                for (int h = 0; h < kRB; ++h)
 #pragma unroll
-                for (int s2 = 0; s2 < 2; ++s2)
-                    dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a[h][s2]);
+                    for (int s2 = 0; s2 < 2; ++s2)
+                        dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a[h][s2]);
 #pragma unroll
-            for (int j = 0; j < kTW; ++j) {
-                if (kTStep * j + wm < ntiles) {
-                    u32 b0, b1, b2, b3;
-                    ldmatrix_x4(stx + x_off + j * (8 * kTStep * SM::kXStride) + c * 64, b0, b1, b2, b3);
+                for (int j = 0; j < kTW; ++j) {
+                    if (kTStep * j + wm < ntiles) {
+                        u32 b0, b1, b2, b3;
+                        ldmatrix_x4(stx + x_off + j * (8 * kTStep * SM::kXStride) + c * 64, b0, b1, b2, b3);
 #pragma unroll
-                    for (int h = 0; h < kRB; ++h) {
-                        mma_bf16_16816(acc[h][j], a[h][0][0], a[h][0][1], a[h][0][2], a[h][0][3], b0, b1);
-                        mma_bf16_16816(acc[h][j], a[h][1][0], a[h][1][1], a[h][1][2], a[h][1][3], b2, b3);
+                        for (int h = 0; h < kRB; ++h) {
+                            mma_bf16_16816(acc[h][j], a[h][0][0], a[h][0][1], a[h][0][2], a[h][0][3], b0, b1);
+                            mma_bf16_16816(acc[h][j], a[h][1][0], a[h][1][1], a[h][1][2], a[h][1][3], b2, b3);
+                        }
                     }
                 }
             }

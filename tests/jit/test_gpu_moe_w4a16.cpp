@@ -7,7 +7,8 @@
 // configuration: the automatic choices, static and dynamic schedules (chosen K chunks, one-stage items
 // with an odd claim window), fp32-atomic and rows + combine down paths, and the prefill configuration
 // (routing into m-blocks of 64, the prefill GEMMs, rows + combine; forced for every case, also with a
-// workspace larger than the call).
+// workspace larger than the call), whose K steps are 128 wide where K padded to 64 is a multiple of 128
+// and 64 wide otherwise (cases with K 160, 192, 320).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -374,6 +375,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"prefill half the experts empty 8192", F::int4_g32_bf16, situ, 160, 96, 32, 4, 8192, "half_empty", 4},
         {"prefill skewed 16384, K 352", F::mxfp4_g32_e8m0, silu, 352, 64, 64, 4, 16384, "skewed", 4},
         {"prefill mxfp4 silu 2048 odd", F::mxfp4_g32_e8m0, silu, 160, 224, 12, 4, 2048, "uniform", 4},
+        // K a multiple of 64 but not of 128 for both GEMMs (unmasked): the prefill GEMMs take block_k 64.
+        {"prefill K 320 / 192, block_k 64", F::int4_g32_bf16, situ, 320, 192, 16, 4, 2048, "skewed", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
     };

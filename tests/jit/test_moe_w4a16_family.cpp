@@ -47,12 +47,12 @@ const char* dev_format(WeightFormat f) {
 
 // The template's shared memory and default stages for a prefill descriptor must equal the family's.
 std::string prefill_smem_checks(const KernelDescriptor& d) {
-    const char* f = dev_format(d.weight_format);
-    return "\nstatic_assert(kiln_dev::moe::prefill_smem_bytes<" + std::string(f) + ", 8>(" +
-           std::to_string(d.config.stages) + ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) +
-           ", \"family prefill smem\");\n" + "static_assert(kiln_dev::moe::prefill_default_stages<" + f +
-           ", 8>() == " + std::to_string(moe_w4a16_prefill_default_stages(d.weight_format)) +
-           ", \"family prefill stages\");\n";
+    const int recs = d.config.block_k / 64;
+    const std::string args = std::string(dev_format(d.weight_format)) + ", 8, " + std::to_string(recs);
+    return "\nstatic_assert(kiln_dev::moe::prefill_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) +
+           ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family prefill smem\");\n" +
+           "static_assert(kiln_dev::moe::prefill_default_stages<" + args + ">() == " +
+           std::to_string(moe_w4a16_prefill_default_stages(d.weight_format, recs)) + ", \"family prefill stages\");\n";
 }
 
 // The same for a decode GEMM descriptor.
@@ -251,27 +251,43 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(g.k == 7168);
     CHECK(g.config.block_m == 64);
     CHECK(g.config.block_n == 128);
-    CHECK(g.config.block_k == 64);
+    CHECK(g.config.block_k == 128);  // K 7168 is a multiple of 128: two records per K step
     CHECK(g.config.warps == 8);
     CHECK(g.config.ctas_per_sm == 2);
-    CHECK(g.config.stages == 16);  // the deepest INT4 weight ring under 112 KB (110,848 B)
-    CHECK(MoeW4A16Family().max_dynamic_smem(g) == 110848u);
+    CHECK(g.config.stages == 6);  // the deepest INT4 ring of two-record slots under 112 KB (107,648 B)
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) == 107648u);
     CHECK(MoeW4A16Family().canonicalize(g) == g);
     const KernelDescriptor decode = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 4, k_h200);
     CHECK(!(g == decode));
     CHECK(MoeW4A16Family().device_source(g).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 16, 1>");
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 6, 1, 2>");
     CHECK(collect_template_headers(MoeW4A16Family().device_source(g).source, TemplateStore::instance()).size() == 4);
 
     const KernelDescriptor d = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, MoeActivation::situ_glu, k_h200);
     CHECK(MoeW4A16Family::kind(d) == MoeW4A16Kernel::prefill_down);
     CHECK((d.config.flags & MoeW4A16Family::k_flag_rows) != 0);  // rows only
     CHECK((d.config.flags & MoeW4A16Family::k_flag_situ) == 0);  // the activation belongs to gate_up
-    CHECK(d.config.stages == 17);
+    CHECK(d.config.block_k == 128);
+    CHECK(d.config.stages == 7);
     CHECK(MoeW4A16Family().max_dynamic_smem(d) <= k_moe_w4a16_prefill_smem_limit);
-    CHECK(MoeW4A16Family().max_dynamic_smem(d) == moe_w4a16_prefill_smem(WeightFormat::mxfp4_g32_e8m0, 17));
+    CHECK(MoeW4A16Family().max_dynamic_smem(d) == moe_w4a16_prefill_smem(WeightFormat::mxfp4_g32_e8m0, 7, 2));
+    CHECK(MoeW4A16Family().max_dynamic_smem(d) == 113280u);
     CHECK(MoeW4A16Family().device_source(d).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 17, 1>");
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 7, 1, 2>");
+
+    // K padded to 64 not a multiple of 128: one record per K step, the deeper ring of one-record slots.
+    const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
+    const KernelDescriptor h = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200);
+    CHECK(h.config.block_k == 64);
+    CHECK(h.config.stages == 16);
+    CHECK(MoeW4A16Family().max_dynamic_smem(h) == 110848u);
+    CHECK((h.config.flags & MoeW4A16Family::k_flag_mask_k) == 0);
+    CHECK(MoeW4A16Family().canonicalize(h) == h);
+    CHECK(MoeW4A16Family().device_source(h).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 16, 1, 1>");
+    KernelDescriptor bk = h;  // block_k follows K, whatever the input says
+    bk.config.block_k = 128;
+    CHECK(MoeW4A16Family().canonicalize(bk) == h);
     KernelDescriptor rows_cleared = d;  // canonical form sets the rows flag whatever the input says
     rows_cleared.config.flags &= ~MoeW4A16Family::k_flag_rows;
     CHECK(MoeW4A16Family().canonicalize(rows_cleared) == d);
@@ -281,6 +297,7 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     wide.wide_scales = true;
     const KernelDescriptor o = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, wide, MoeActivation::situ_glu, k_h200);
     CHECK((o.config.flags & MoeW4A16Family::k_flag_mask_k) != 0);
+    CHECK(o.config.block_k == 128);  // K 224 pads to 256; the second record of the last step is masked
     CHECK(MoeW4A16Family().device_source(o).name_expr.find("kFormatMxfp4, true, 0, 1, true, 8,") != std::string::npos);
 
     const KernelDescriptor r = MoeW4A16Family::routing(48, 8, k_h200);
@@ -299,6 +316,10 @@ TEST_CASE("moe_w4a16: bad prefill descriptors are refused; the host target maps 
     bad = g;
     bad.config.stages = 20;  // over 112 KB: one CTA per SM
     CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad.config.stages = 7;  // seven two-record INT4 slots: 116,864 B
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
+    bad.config.stages = 6;
+    CHECK(MoeW4A16Family().canonicalize(bad) == g);
     bad = g;
     bad.config.flags = MoeW4A16Family::k_flag_prefill | static_cast<uint32_t>(MoeW4A16Kernel::routing);
     CHECK_THROWS_AS(MoeW4A16Family().canonicalize(bad), kiln::InvalidArgument);
@@ -334,6 +355,8 @@ TEST_CASE("moe_w4a16: NVRTC compiles the prefill GEMMs to sm_90a (both formats, 
     const auto gu4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
     const auto dn4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 2048);
     const auto odd4 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
+    const auto k160 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 160);  // block_k 64
+    const auto dn192 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 256, 192);
     const auto gu_fp4 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 3072, 3584);
     auto dn_fp4 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
     dn_fp4.wide_scales = true;
@@ -344,10 +367,16 @@ TEST_CASE("moe_w4a16: NVRTC compiles the prefill GEMMs to sm_90a (both formats, 
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu_fp4, MoeActivation::situ_glu, k_h200),
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu_fp4, MoeActivation::silu_glu, k_h200),
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn_fp4, MoeActivation::situ_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k160, MoeActivation::silu_glu, k_h200),
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn192, MoeActivation::silu_glu, k_h200),
     };
+    int recs_seen[3] = {0, 0, 0};
     for (const KernelDescriptor& d : kernels) {
         CAPTURE(to_string(d));
         check_cubin(compile(d, prefill_smem_checks(d)), "moe_w4a16_prefill");
+        ++recs_seen[d.config.block_k / 64];
     }
+    CHECK(recs_seen[1] == 2);  // one record per K step (K 160, K 192)
+    CHECK(recs_seen[2] == 6);
     check_cubin(compile(MoeW4A16Family::routing(48, 8, k_h200)), "moe_w4a16_routing");
 }
