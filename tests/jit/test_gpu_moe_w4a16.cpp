@@ -1,6 +1,6 @@
 // moe_w4a16 on the device (suite gpu): the fused dequantisation is bit-identical to the unfused bf16
-// form, and the whole layer (routing prep, gate_up + GLU, down + combine) matches an fp32/fp64 CPU
-// reference (checkpoint weights dequantised exactly, routed, accumulated in double) within bf16
+// form, and the whole layer (routing prep, gate_up + GLU, down + combine) matches the CPU
+// reference (model/reference routed_experts on the checkpoint weights dequantised exactly) within bf16
 // tolerance, for both formats and activations, skewed routings, empty experts, a hot expert, tokens with
 // no local expert, odd sizes and 1 to 16k tokens. Outputs are poisoned (NaN) before every run, and
 // every case runs twice (the layer must leave its accumulator and counters clean) under each layer
@@ -24,6 +24,7 @@
 #include "cache/store.hpp"
 #include "jit/dispatcher.hpp"
 #include "jit/moe_w4a16.hpp"
+#include "tests/jit/moe_w4a16_test_data.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/device.hpp"
 #include "runtime/device_buffer.hpp"
@@ -32,6 +33,9 @@
 using namespace kiln::jit;
 using namespace kiln::runtime;
 using moe::W4Format;
+using moe_test::make_routing;
+using moe_test::random_matrix;
+using moe_test::Routing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -80,82 +84,6 @@ void parallel_for(int n, F&& f) {
     for (auto& t : th) t.join();
 }
 
-struct Matrix {
-    std::vector<std::byte> packed, scale;
-    moe::CheckpointMatrix view() const { return {packed, scale}; }
-};
-
-Matrix random_matrix(W4Format f, int n, int k, uint64_t seed, bool any_scale = false) {
-    std::mt19937_64 rng(seed);
-    Matrix m;
-    const bool int4 = f == W4Format::int4_g32_bf16;
-    m.packed.resize(int4 ? size_t(n) * (k / 8) * 4 : size_t(n) * (k / 2));
-    for (auto& b : m.packed) b = std::byte(rng());
-    const size_t groups = size_t(n) * (k / 32);
-    if (int4) {
-        m.scale.resize(groups * 2);
-        std::uniform_real_distribution<float> sd(0.004f, 0.012f);
-        for (size_t i = 0; i < groups; ++i) {
-            uint16_t b = float_to_bf16(sd(rng));
-            if (any_scale)
-                do b = static_cast<uint16_t>(rng()); while ((b & 0x7F80) == 0x7F80);
-            std::memcpy(m.scale.data() + 2 * i, &b, 2);
-        }
-    } else {
-        m.scale.resize(groups);
-        for (auto& b : m.scale) b = std::byte(any_scale ? rng() % 255 : 117 + rng() % 5);
-    }
-    return m;
-}
-
-float value(W4Format f, const Matrix& m, int k, int r, int c) {
-    return f == W4Format::int4_g32_bf16 ? moe::int4_value(m.packed, m.scale, k, r, c)
-                                        : moe::mxfp4_value(m.packed, m.scale, k, r, c);
-}
-
-struct Routing {
-    int tokens = 0, topk = 0;
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-};
-
-// uniform, skewed (popularity ~ 1/(rank+1)^1.2), hot (every token hits expert 3), half_empty, foreign
-// (a third of the slots belong to another rank: -1), none (no local expert at all).
-Routing make_routing(const std::string& kind, int tokens, int topk, int experts, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    Routing r{tokens, topk, {}, {}};
-    r.ids.resize(size_t(tokens) * topk);
-    std::vector<double> pop(experts, 1.0);
-    if (kind == "skewed")
-        for (int e = 0; e < experts; ++e) pop[e] = 1.0 / std::pow(double(e + 1), 1.2);
-    const int lo = kind == "half_empty" ? experts / 2 : 0;
-    for (int t = 0; t < tokens; ++t) {
-        std::set<int> seen;
-        int j = 0;
-        if (kind == "hot") {
-            r.ids[t * topk + j++] = 3 % experts;
-            seen.insert(3 % experts);
-        }
-        std::discrete_distribution<int> dd(pop.begin() + lo, pop.end());
-        while (j < topk) {
-            const int e = lo + dd(rng);
-            if (seen.insert(e).second) r.ids[t * topk + j++] = e;
-        }
-    }
-    if (kind == "foreign")
-        for (size_t i = 0; i < r.ids.size(); i += 3) r.ids[i] = -1;
-    if (kind == "none") std::fill(r.ids.begin(), r.ids.end(), -1);
-    std::uniform_real_distribution<float> wd(0.05f, 1.0f);
-    r.weights.resize(r.ids.size());
-    for (auto& w : r.weights) w = wd(rng);
-    return r;
-}
-
-float glu_ref(MoeActivation act, float g, float u) {
-    if (act == MoeActivation::silu_glu) return g / (1.0f + std::exp(-g)) * u;
-    return (4.0f * std::tanh(g / 4.0f) / (1.0f + std::exp(-g))) * (25.0f * std::tanh(u / 25.0f));
-}
-
 struct Case {
     const char* name;
     W4Format fmt;
@@ -169,7 +97,7 @@ void run_case(const Case& c) {
     CAPTURE(c.name);
     Fixture& fx = fixture();
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
-    std::vector<Matrix> gate(c.experts), up(c.experts), down(c.experts);
+    std::vector<moe_test::CheckpointBytes> gate(c.experts), up(c.experts), down(c.experts);
     parallel_for(c.experts, [&](int e) {
         gate[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3);
         up[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3 + 1);
@@ -186,46 +114,10 @@ void run_case(const Case& c) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = float_to_bf16(nd(rng));
 
-    // Reference: exact fp32 weights, double accumulation.
-    std::vector<double> ref(size_t(c.tokens) * c.hidden, 0.0);
-    std::vector<std::vector<std::pair<int, int>>> rows(c.experts);
-    for (int t = 0; t < c.tokens; ++t)
-        for (int j = 0; j < c.topk; ++j) {
-            const int e = r.ids[t * c.topk + j];
-            if (e >= 0 && e < c.experts) rows[e].push_back({t, j});
-        }
-    std::mutex mu;
-    parallel_for(c.experts, [&](int e) {
-        if (rows[e].empty()) return;
-        std::vector<float> wg(size_t(c.inter) * c.hidden), wu(wg.size()), wd(size_t(c.hidden) * c.inter);
-        for (int i = 0; i < c.inter; ++i)
-            for (int k = 0; k < c.hidden; ++k) {
-                wg[size_t(i) * c.hidden + k] = value(c.fmt, gate[e], c.hidden, i, k);
-                wu[size_t(i) * c.hidden + k] = value(c.fmt, up[e], c.hidden, i, k);
-            }
-        for (int n = 0; n < c.hidden; ++n)
-            for (int i = 0; i < c.inter; ++i) wd[size_t(n) * c.inter + i] = value(c.fmt, down[e], c.inter, n, i);
-        std::vector<float> h(c.inter);
-        for (auto [t, j] : rows[e]) {
-            for (int i = 0; i < c.inter; ++i) {
-                double g = 0, u = 0;
-                for (int k = 0; k < c.hidden; ++k) {
-                    const double xv = bf16_to_float(x[size_t(t) * c.hidden + k]);
-                    g += wg[size_t(i) * c.hidden + k] * xv;
-                    u += wu[size_t(i) * c.hidden + k] * xv;
-                }
-                h[i] = glu_ref(c.act, float(g), float(u));
-            }
-            std::vector<double> y(c.hidden);
-            for (int n = 0; n < c.hidden; ++n) {
-                double a = 0;
-                for (int i = 0; i < c.inter; ++i) a += double(wd[size_t(n) * c.inter + i]) * h[i];
-                y[n] = r.weights[t * c.topk + j] * a;
-            }
-            std::lock_guard<std::mutex> lock(mu);
-            for (int n = 0; n < c.hidden; ++n) ref[size_t(t) * c.hidden + n] += y[n];
-        }
-    });
+    // Reference: the model's routed experts on the exactly dequantised weights.
+    const std::vector<double> ref = moe_test::reference_output(
+        c.fmt, c.act, c.hidden, c.inter, gate, up, down, r, x,
+        [](int n, const std::function<void(int)>& body) { parallel_for(n, body); });
 
     DeviceMoeWeights dgu = DeviceMoeWeights::upload(wgu), ddn = DeviceMoeWeights::upload(wdn);
     DeviceBuffer dx = to_device(x), dids = to_device(r.ids), dw = to_device(r.weights);
@@ -307,7 +199,7 @@ TEST_CASE("moe_w4a16: fused dequantisation is bit-identical to the unfused bf16 
     for (W4Format f : {W4Format::int4_g32_bf16, W4Format::mxfp4_g32_e8m0}) {
         for (bool gate_up : {false, true}) {
             const int n = gate_up ? 96 : 128, k = gate_up ? 224 : 256;
-            std::vector<Matrix> m;
+            std::vector<moe_test::CheckpointBytes> m;
             for (int p = 0; p < (gate_up ? 2 : 1); ++p) m.push_back(random_matrix(f, n, k, 100 + p, true));
             const moe::PreparedMoeWeights w = moe::prepare_moe_weights(
                 f, moe::W4Layout::decode_mma16, gate_up, 1, n, k, [&](int, int p) { return m[p].view(); });

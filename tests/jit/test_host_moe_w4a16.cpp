@@ -1,7 +1,7 @@
 // moe_w4a16 on the host target: the dequantiser is bit-identical to the unfused bf16 form, routing prep
 // builds the m-block structure the GEMMs read, and the whole layer (routing, gate_up + GLU, down +
-// combine) matches an fp64 CPU reference (checkpoint weights dequantised exactly) within bf16 tolerance
-// for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
+// combine) matches the CPU reference (model/reference routed_experts on the checkpoint weights
+// dequantised exactly) within bf16 tolerance for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
 // expert and odd sizes, in the decode configurations and in the prefill one (block_m 64 routing, the
 // prefill gate_up and down-rows kinds, combine). Outputs are poisoned (NaN) before every run; every case
 // runs twice (the layer must leave its accumulator clean).
@@ -18,12 +18,16 @@
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
 #include "jit/moe_w4a16_weights.hpp"
+#include "tests/jit/moe_w4a16_test_data.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/host_executor.hpp"
 
 using namespace kiln;
 using namespace kiln::jit;
 using moe::W4Format;
+using moe_test::make_routing;
+using moe_test::random_matrix;
+using moe_test::Routing;
 using runtime::bf16_to_float;
 using runtime::float_to_bf16;
 
@@ -34,84 +38,6 @@ const Target k_host = Target::host_target();
 template <typename T>
 CUdeviceptr addr(T* p) {
     return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
-}
-
-struct Matrix {
-    std::vector<std::byte> packed, scale;
-    moe::CheckpointMatrix view() const { return {packed, scale}; }
-};
-
-// Random checkpoint bytes; any_scale: every representable scale (wide MXFP4 exponents, tiny and large
-// bf16 scales), not only realistic ones.
-Matrix random_matrix(W4Format f, int n, int k, uint64_t seed, bool any_scale = false) {
-    std::mt19937_64 rng(seed);
-    Matrix m;
-    const bool int4 = f == W4Format::int4_g32_bf16;
-    m.packed.resize(int4 ? size_t(n) * (k / 8) * 4 : size_t(n) * (k / 2));
-    for (auto& b : m.packed) b = std::byte(rng());
-    const size_t groups = size_t(n) * (k / 32);
-    if (int4) {
-        m.scale.resize(groups * 2);
-        std::uniform_real_distribution<float> sd(0.004f, 0.012f);
-        for (size_t i = 0; i < groups; ++i) {
-            uint16_t b = float_to_bf16(sd(rng));
-            if (any_scale)
-                do b = static_cast<uint16_t>(rng()); while ((b & 0x7F80) == 0x7F80);
-            std::memcpy(m.scale.data() + 2 * i, &b, 2);
-        }
-    } else {
-        m.scale.resize(groups);
-        for (auto& b : m.scale) b = std::byte(any_scale ? rng() % 255 : 117 + rng() % 5);
-    }
-    return m;
-}
-
-float value(W4Format f, const Matrix& m, int k, int r, int c) {
-    return f == W4Format::int4_g32_bf16 ? moe::int4_value(m.packed, m.scale, k, r, c)
-                                        : moe::mxfp4_value(m.packed, m.scale, k, r, c);
-}
-
-struct Routing {
-    int tokens = 0, topk = 0;
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-};
-
-// uniform, skewed (popularity ~ 1/(rank+1)^1.2), hot (every token hits expert 3), half_empty, foreign
-// (a third of the slots belong to another rank: -1), none (no local expert at all).
-Routing make_routing(const std::string& kind, int tokens, int topk, int experts, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    Routing r{tokens, topk, {}, {}};
-    r.ids.resize(size_t(tokens) * topk);
-    std::vector<double> pop(experts, 1.0);
-    if (kind == "skewed")
-        for (int e = 0; e < experts; ++e) pop[e] = 1.0 / std::pow(double(e + 1), 1.2);
-    const int lo = kind == "half_empty" ? experts / 2 : 0;
-    for (int t = 0; t < tokens; ++t) {
-        std::set<int> seen;
-        int j = 0;
-        if (kind == "hot") {
-            r.ids[t * topk + j++] = 3 % experts;
-            seen.insert(3 % experts);
-        }
-        std::discrete_distribution<int> dd(pop.begin() + lo, pop.end());
-        while (j < topk) {
-            const int e = lo + dd(rng);
-            if (seen.insert(e).second) r.ids[t * topk + j++] = e;
-        }
-    }
-    if (kind == "foreign")
-        for (size_t i = 0; i < r.ids.size(); i += 3) r.ids[i] = -1;
-    if (kind == "none") std::fill(r.ids.begin(), r.ids.end(), -1);
-    std::uniform_real_distribution<float> wd(0.05f, 1.0f);
-    r.weights.resize(r.ids.size());
-    for (auto& w : r.weights) w = wd(rng);
-    return r;
-}
-
-float glu_ref(MoeActivation act, float g, float u) {
-    if (act == MoeActivation::silu_glu) return g / (1.0f + std::exp(-g)) * u;
-    return (4.0f * std::tanh(g / 4.0f) / (1.0f + std::exp(-g))) * (25.0f * std::tanh(u / 25.0f));
 }
 
 // The launches of one routed-expert layer on a host stream, with the workspace sized as the device
@@ -243,7 +169,7 @@ struct Case {
 void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
     CAPTURE(c.name);
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
-    std::vector<Matrix> gate(c.experts), up(c.experts), down(c.experts);
+    std::vector<moe_test::CheckpointBytes> gate(c.experts), up(c.experts), down(c.experts);
     for (int e = 0; e < c.experts; ++e) {
         gate[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3);
         up[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3 + 1);
@@ -260,40 +186,12 @@ void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : x) v = float_to_bf16(nd(rng));
 
-    // Reference: exact fp32 weights, double accumulation.
-    std::vector<double> ref(size_t(c.tokens) * c.hidden, 0.0);
-    for (int e = 0; e < c.experts; ++e) {
-        std::vector<std::pair<int, int>> rows;
-        for (int t = 0; t < c.tokens; ++t)
-            for (int j = 0; j < c.topk; ++j)
-                if (r.ids[t * c.topk + j] == e) rows.push_back({t, j});
-        if (rows.empty()) continue;
-        std::vector<float> wg(size_t(c.inter) * c.hidden), wu(wg.size()), wd(size_t(c.hidden) * c.inter);
-        for (int i = 0; i < c.inter; ++i)
-            for (int k = 0; k < c.hidden; ++k) {
-                wg[size_t(i) * c.hidden + k] = value(c.fmt, gate[e], c.hidden, i, k);
-                wu[size_t(i) * c.hidden + k] = value(c.fmt, up[e], c.hidden, i, k);
-            }
-        for (int n = 0; n < c.hidden; ++n)
-            for (int i = 0; i < c.inter; ++i) wd[size_t(n) * c.inter + i] = value(c.fmt, down[e], c.inter, n, i);
-        std::vector<float> h(c.inter);
-        for (auto [t, j] : rows) {
-            for (int i = 0; i < c.inter; ++i) {
-                double g = 0, u = 0;
-                for (int k = 0; k < c.hidden; ++k) {
-                    const double xv = bf16_to_float(x[size_t(t) * c.hidden + k]);
-                    g += wg[size_t(i) * c.hidden + k] * xv;
-                    u += wu[size_t(i) * c.hidden + k] * xv;
-                }
-                h[i] = glu_ref(c.act, float(g), float(u));
-            }
-            for (int n = 0; n < c.hidden; ++n) {
-                double a = 0;
-                for (int i = 0; i < c.inter; ++i) a += double(wd[size_t(n) * c.inter + i]) * h[i];
-                ref[size_t(t) * c.hidden + n] += r.weights[t * c.topk + j] * a;
-            }
-        }
-    }
+    // Reference: the model's routed experts on the exactly dequantised weights.
+    const std::vector<double> ref = moe_test::reference_output(
+        c.fmt, c.act, c.hidden, c.inter, gate, up, down, r, x,
+        [](int n, const std::function<void(int)>& body) {
+            for (int e = 0; e < n; ++e) body(e);
+        });
 
     for (bool rows : {false, true}) {
     if (prefill && !rows) continue;  // the prefill configuration always writes rows
@@ -334,7 +232,7 @@ TEST_CASE("moe_w4a16 host dequantiser is bit-identical to the unfused bf16 form"
     for (W4Format f : {W4Format::int4_g32_bf16, W4Format::mxfp4_g32_e8m0}) {
         for (bool gate_up : {false, true}) {
             const int n = gate_up ? 96 : 128, k = gate_up ? 224 : 256;
-            std::vector<Matrix> m;
+            std::vector<moe_test::CheckpointBytes> m;
             for (int p = 0; p < (gate_up ? 2 : 1); ++p) m.push_back(random_matrix(f, n, k, 100 + p, true));
             const moe::PreparedMoeWeights w = moe::prepare_moe_weights(
                 f, moe::W4Layout::decode_mma16, gate_up, 1, n, k, [&](int, int p) { return m[p].view(); });
@@ -461,7 +359,7 @@ TEST_CASE("moe_w4a16 host layer in the prefill configuration (block_m 64) matche
 TEST_CASE("moe_w4a16 host launches check the kernel and the shapes") {
     HostKernelLoader loader;
     runtime::HostStream s;
-    const Matrix m = random_matrix(W4Format::int4_g32_bf16, 128, 64, 1);
+    const moe_test::CheckpointBytes m = moe_test::random_matrix(W4Format::int4_g32_bf16, 128, 64, 1);
     const moe::PreparedMoeWeights w = moe::prepare_moe_weights(W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16,
                                                                false, 1, 128, 64, [&](int, int) { return m.view(); });
     const LoadedKernel& dq = loader.get(MoeW4A16Family::dequant(w, k_host));
