@@ -27,6 +27,7 @@
 #include "jit/host_compiler.hpp"
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
+#include "jit/moe_w4a16_host.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/error.hpp"
@@ -129,12 +130,7 @@ struct HostMoeLayer {
     static constexpr int k_experts = 8, k_topk = 2, k_hidden = 2048, k_inter = 1024, k_tiles = 1;
     moe::PreparedMoeWeights gu, dn;
     std::vector<float> w_gu, w_dn;  // [e][2I][H] (gate rows, then up rows), [e][H][I]
-    const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr;
-    int cap = 0;
-    std::vector<int32_t> counts, nmb, info, sorted_token, counters;
-    std::vector<float> sorted_weight, acc;
-    std::vector<uint16_t> inter;
-
+    // The kernels the layer's decode configuration runs (compiled first, for the compile table).
     static std::vector<KernelDescriptor> descriptors(const moe::PreparedMoeWeights& gu, const moe::PreparedMoeWeights& dn,
                                                      Target t) {
         return {MoeW4A16Family::routing(k_experts, k_tiles, t),
@@ -169,79 +165,14 @@ struct HostMoeLayer {
         }
     }
 
-    void load(HostKernelLoader& loader, int max_tokens) {
-        const auto d = descriptors(gu, dn, Target::host_target());
-        routing = &loader.get(d[0]);
-        gate_up = &loader.get(d[1]);
-        down = &loader.get(d[2]);
-        const int64_t slots = int64_t(max_tokens) * k_topk, bm = 8 * k_tiles;
-        cap = static_cast<int>(slots / bm + std::min<int64_t>(k_experts, slots) + 1);
-        counts.assign(k_experts, 0);
-        nmb.assign(1, 0);
-        info.assign(size_t(cap) * 2, 0);
-        sorted_token.assign(size_t(cap) * bm, 0);
-        sorted_weight.assign(size_t(cap) * bm, 0.f);
-        inter.assign(size_t(cap) * bm * dn.k_pad, 0);
-        acc.assign(size_t(max_tokens) * dn.n_pad, 0.f);
-        counters.assign(dn.n_pad / 16, 0);
-    }
-
-    template <typename T>
-    static CUdeviceptr addr(T* p) {
-        return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
-    }
-
-    // Routing, gate_up and down in order; `run(kernel, params, bytes)` runs or enqueues one.
-    template <typename Run>
-    void forward(const std::vector<uint16_t>& x, const std::vector<int32_t>& ids, const std::vector<float>& wts,
-                 int tokens, std::vector<uint16_t>& out, Run&& run) {
-        MoeW4A16RoutingParams rp{};
-        rp.topk_ids = addr(ids.data());
-        rp.topk_weights = addr(wts.data());
-        rp.expert_count = addr(counts.data());
-        rp.num_mblocks = addr(nmb.data());
-        rp.mblock_info = addr(info.data());
-        rp.sorted_token = addr(sorted_token.data());
-        rp.sorted_weight = addr(sorted_weight.data());
-        rp.num_tokens = tokens;
-        rp.topk = k_topk;
-        rp.num_experts = k_experts;
-        rp.mblock_cap = cap;
-        run(*routing, rp);
-        MoeW4A16DecodeParams g{};
-        g.weights = addr(gu.bytes.data());
-        g.expert_stride = gu.expert_stride;
-        g.x = addr(x.data());
-        g.x_stride = k_hidden;
-        g.k_real = gu.k;
-        g.k_pad = gu.k_pad;
-        g.n_pad = gu.n_pad;
-        g.n_real = gu.n_pad;
-        g.num_mblocks = rp.num_mblocks;
-        g.mblock_info = rp.mblock_info;
-        g.sorted_token = rp.sorted_token;
-        g.sorted_weight = rp.sorted_weight;
-        g.num_tokens = tokens;
-        g.inter = addr(inter.data());
-        g.inter_stride = dn.k_pad;
-        run(*gate_up, g);
-        MoeW4A16DecodeParams d = g;
-        d.weights = addr(dn.bytes.data());
-        d.expert_stride = dn.expert_stride;
-        d.x = addr(inter.data());
-        d.x_stride = dn.k_pad;
-        d.k_real = dn.k;
-        d.k_pad = dn.k_pad;
-        d.n_pad = dn.n_pad;
-        d.n_real = dn.n;
-        d.inter = 0;
-        d.inter_stride = 0;
-        d.acc = addr(acc.data());
-        d.acc_stride = dn.n_pad;
-        d.out = addr(out.data());
-        d.out_stride = k_hidden;
-        d.counters = addr(counters.data());
-        run(*down, d);
+    MoeW4A16HostOptions options(int max_tokens) const {
+        MoeW4A16HostOptions o;
+        o.act = MoeActivation::situ_glu;
+        o.topk = k_topk;
+        o.max_tokens = max_tokens;
+        o.tiles = k_tiles;
+        o.force = MoeW4A16HostConfig::decode_combined;
+        return o;
     }
 
     // The plain implementation: per token and slot, h = SiTU-GLU(Wg x, Wu x), out += w * Wd h.
@@ -407,7 +338,9 @@ void run(const BenchOptions& o) {
     {
         HostMoeLayer& L = moe_layer;
         constexpr int H = HostMoeLayer::k_hidden, K = HostMoeLayer::k_topk, E = HostMoeLayer::k_experts;
-        L.load(loader, 64);
+        MoeW4A16HostLayer layer(loader, L.gu, L.dn, L.options(64));
+        runtime::HostThreadPool pool1(1);
+        runtime::HostStream one(pool1);  // the JIT column: one thread
         for (int tokens : {1, 8, 64}) {
             std::normal_distribution<float> nd(0.f, 1.f);
             std::vector<uint16_t> x(size_t(tokens) * H), out(size_t(tokens) * H);
@@ -428,15 +361,11 @@ void run(const BenchOptions& o) {
             r.shape = fmt::format("tokens={}", tokens);
             r.reference_ms = measure([&] { L.plain(x, ids, wts, tokens, ref); }, o.min_seconds).cpu_ms;
             r.jit_ms = measure([&] {
-                L.forward(x, ids, wts, tokens, out, [&](const LoadedKernel& k, const auto& p) { direct(k, &p); });
+                layer.forward(x.data(), ids.data(), wts.data(), tokens, out.data(), one);
+                one.synchronize();
             }, o.min_seconds).cpu_ms;
             r.launch_ms = measure([&] {
-                L.forward(x, ids, wts, tokens, out, [&](const LoadedKernel& k, const auto& p) {
-                    if constexpr (std::is_same_v<std::decay_t<decltype(p)>, MoeW4A16RoutingParams>)
-                        launch_moe_w4a16_routing(k, p, stream);
-                    else
-                        launch_moe_w4a16_gemm(k, p, stream);
-                });
+                layer.forward(x.data(), ids.data(), wts.data(), tokens, out.data(), stream);
                 stream.synchronize();
             }, o.min_seconds).wall_ms;
             double num = 0, den = 0;

@@ -17,6 +17,7 @@
 #include "jit/family_moe_w4a16.hpp"
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
+#include "jit/moe_w4a16_host.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 #include "tests/jit/moe_w4a16_test_data.hpp"
 #include "runtime/bf16.hpp"
@@ -39,123 +40,6 @@ template <typename T>
 CUdeviceptr addr(T* p) {
     return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
 }
-
-// The launches of one routed-expert layer on a host stream, with the workspace sized as the device
-// layer sizes it (jit/moe_w4a16.cpp): routing, gate_up, down combined per token, or (rows) down in its
-// rows mode followed by the combine kernel. prefill: the layer's prefill configuration (routing with
-// block_m 64, the prefill kinds, rows + combine).
-struct HostLayer {
-    const LoadedKernel *routing = nullptr, *gate_up = nullptr, *down = nullptr, *combine = nullptr;
-    moe::PreparedMoeWeights gu, dn;
-    int topk = 0, max_tokens = 0, tiles = 1, cap = 0;
-    bool rows = false;
-    std::vector<int32_t> counts, nmb, info, sorted_token, counters, slot_pos;
-    std::vector<float> sorted_weight, acc;
-    std::vector<uint16_t> inter, down_rows;
-
-    HostLayer(HostKernelLoader& loader, const moe::PreparedMoeWeights& g, const moe::PreparedMoeWeights& d,
-              MoeActivation act, int topk_, int max_tokens_, int tiles_, bool rows_, bool prefill = false)
-        : gu(g), dn(d), topk(topk_), max_tokens(max_tokens_), tiles(prefill ? 8 : tiles_), rows(rows_ || prefill) {
-        routing = &loader.get(MoeW4A16Family::routing(dn.experts, tiles, k_host));
-        if (prefill) {
-            gate_up = &loader.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, act, k_host));
-            down = &loader.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, act, k_host));
-            REQUIRE(gate_up->desc.config.block_m == 64);
-            REQUIRE(down->desc.config.block_m == 64);
-        } else {
-            gate_up = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, act, tiles, k_host));
-            down = &loader.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, act, tiles, k_host,
-                                                    MoeW4A16Schedule::static_shares, rows));
-        }
-        if (rows) combine = &loader.get(MoeW4A16Family::combine(k_host));
-        const int64_t slots = int64_t(max_tokens) * topk;
-        const int bm = 8 * tiles;
-        cap = static_cast<int>(slots / bm + std::min<int64_t>(dn.experts, slots) + 1);
-        counts.assign(dn.experts, -7);
-        nmb.assign(1, -7);
-        info.assign(size_t(cap) * 2, -7);
-        sorted_token.assign(size_t(cap) * bm, -7);
-        sorted_weight.assign(size_t(cap) * bm, -7.0f);
-        inter.assign(size_t(cap) * bm * dn.k_pad, 0x7fc1);
-        acc.assign(size_t(max_tokens) * dn.n_pad, 0.0f);
-        counters.assign(dn.n_pad / 16, 0);
-        if (rows) {
-            slot_pos.assign(size_t(slots), -7);
-            down_rows.assign(size_t(cap) * bm * dn.n, 0x7fc1);
-        }
-    }
-
-    void forward(const std::vector<uint16_t>& x, const Routing& r, std::vector<uint16_t>& out,
-                 runtime::HostStream& s) {
-        MoeW4A16RoutingParams rp{};
-        rp.topk_ids = addr(r.ids.data());
-        rp.topk_weights = addr(r.weights.data());
-        rp.expert_count = addr(counts.data());
-        rp.num_mblocks = addr(nmb.data());
-        rp.mblock_info = addr(info.data());
-        rp.sorted_token = addr(sorted_token.data());
-        rp.sorted_weight = addr(sorted_weight.data());
-        rp.num_tokens = r.tokens;
-        rp.topk = topk;
-        rp.num_experts = dn.experts;
-        rp.mblock_cap = cap;
-        if (rows) rp.slot_pos = addr(slot_pos.data());
-        launch_moe_w4a16_routing(*routing, rp, s);
-
-        MoeW4A16DecodeParams g{};
-        g.weights = addr(gu.bytes.data());
-        g.expert_stride = gu.expert_stride;
-        g.x = addr(x.data());
-        g.x_stride = dn.n;
-        g.k_real = gu.k;
-        g.k_pad = gu.k_pad;
-        g.n_pad = gu.n_pad;
-        g.n_real = gu.n_pad;
-        g.num_mblocks = rp.num_mblocks;
-        g.mblock_info = rp.mblock_info;
-        g.sorted_token = rp.sorted_token;
-        g.sorted_weight = rp.sorted_weight;
-        g.num_tokens = r.tokens;
-        g.inter = addr(inter.data());
-        g.inter_stride = dn.k_pad;
-        launch_moe_w4a16_gemm(*gate_up, g, s);
-
-        MoeW4A16DecodeParams d = g;
-        d.weights = addr(dn.bytes.data());
-        d.expert_stride = dn.expert_stride;
-        d.x = addr(inter.data());
-        d.x_stride = dn.k_pad;
-        d.k_real = dn.k;
-        d.k_pad = dn.k_pad;
-        d.n_pad = dn.n_pad;
-        d.n_real = dn.n;
-        d.inter = 0;
-        d.inter_stride = 0;
-        d.acc = addr(acc.data());
-        d.acc_stride = dn.n_pad;
-        d.out = addr(out.data());
-        d.out_stride = dn.n;
-        d.counters = addr(counters.data());
-        if (rows) {
-            d.acc = 0;
-            d.acc_stride = 0;
-            d.counters = 0;
-            d.out = addr(down_rows.data());
-        }
-        launch_moe_w4a16_gemm(*down, d, s);
-        if (!rows) return;
-        MoeW4A16CombineParams cp{};
-        cp.rows = addr(down_rows.data());
-        cp.rows_stride = dn.n;
-        cp.slot_pos = addr(slot_pos.data());
-        cp.num_tokens = r.tokens;
-        cp.topk = topk;
-        cp.n = dn.n;
-        cp.out = addr(out.data());
-        cp.out_stride = dn.n;
-        launch_moe_w4a16_combine(*combine, cp, s);
-    }
-};
 
 struct Case {
     const char* name;
@@ -193,17 +77,25 @@ void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
             for (int e = 0; e < n; ++e) body(e);
         });
 
-    for (bool rows : {false, true}) {
-    if (prefill && !rows) continue;  // the prefill configuration always writes rows
-    CAPTURE(rows);
-    CAPTURE(prefill);
-    HostLayer layer(loader, wgu, wdn, c.act, c.topk, c.tokens, c.tiles, rows, prefill);
+    using Config = MoeW4A16HostConfig;
+    const std::vector<Config> configs =
+        prefill ? std::vector<Config>{Config::prefill} : std::vector<Config>{Config::decode_combined, Config::decode_rows};
+    for (Config config : configs) {
+    CAPTURE(static_cast<int>(config));
+    MoeW4A16HostOptions opt;
+    opt.act = c.act;
+    opt.topk = c.topk;
+    opt.max_tokens = c.tokens;
+    opt.tiles = c.tiles;
+    opt.force = config;
+    MoeW4A16HostLayer layer(loader, wgu, wdn, opt);
     runtime::HostStream s;
     for (int rep = 0; rep < 2; ++rep) {
         CAPTURE(rep);
         std::vector<uint16_t> out(size_t(c.tokens) * c.hidden, 0xFFFF);  // NaN
-        layer.forward(x, r, out, s);
+        layer.forward(x.data(), r.ids.data(), r.weights.data(), c.tokens, out.data(), s);
         s.synchronize();
+        CHECK(layer.last_config() == config);
         double num = 0, den = 0;
         long nans = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
@@ -219,7 +111,7 @@ void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
         CHECK(nans == 0);
         CHECK(err <= 1e-2);
         if (den == 0) CHECK(num == 0);  // no local expert: exact zeros
-        for (float a : layer.acc) REQUIRE(a == 0.0f);  // left clean for the next call
+        for (float a : layer.accumulator()) REQUIRE(a == 0.0f);  // left clean for the next call
     }
     }
 }
@@ -375,4 +267,31 @@ TEST_CASE("moe_w4a16 host launches check the kernel and the shapes") {
     CHECK_THROWS_WITH_AS(launch_moe_w4a16_routing(rt, p, s), doctest::Contains("5 experts, kernel built for 4"),
                          InvalidArgument);
     s.synchronize();  // nothing was enqueued
+}
+
+TEST_CASE("moe_w4a16 host layer picks its configuration like the device layer and refuses bad calls") {
+    HostKernelLoader loader;
+    std::vector<moe_test::CheckpointBytes> m;
+    for (int p = 0; p < 3; ++p) m.push_back(random_matrix(W4Format::int4_g32_bf16, 64, 64, 40 + p));
+    const moe::PreparedMoeWeights gu = moe::prepare_moe_weights(W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16,
+                                                                true, 4, 64, 64, [&](int, int p) { return m[p].view(); });
+    const moe::PreparedMoeWeights dn = moe::prepare_moe_weights(W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16,
+                                                                false, 4, 64, 64, [&](int, int) { return m[2].view(); });
+    MoeW4A16HostOptions opt;
+    opt.topk = 2;
+    opt.max_tokens = 512;
+    opt.rows_combine_min = 16;
+    opt.prefill_min = 100;  // slots per expert: 4 experts -> from 400 slots = 200 tokens
+    MoeW4A16HostLayer layer(loader, gu, dn, opt);
+    CHECK(layer.config_for(7) == MoeW4A16HostConfig::decode_combined);
+    CHECK(layer.config_for(8) == MoeW4A16HostConfig::decode_rows);
+    CHECK(layer.config_for(199) == MoeW4A16HostConfig::decode_rows);
+    CHECK(layer.config_for(200) == MoeW4A16HostConfig::prefill);
+    runtime::HostStream s;
+    std::vector<uint16_t> x(513 * 64), out(x.size());
+    std::vector<int32_t> ids(513 * 2, 0);
+    std::vector<float> w(ids.size(), 0.5f);
+    CHECK_THROWS_AS(layer.forward(x.data(), ids.data(), w.data(), 513, out.data(), s), InvalidArgument);
+    CHECK_THROWS_AS(layer.forward(nullptr, ids.data(), w.data(), 4, out.data(), s), InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16HostLayer(loader, dn, gu, opt), InvalidArgument);  // swapped matrices
 }
