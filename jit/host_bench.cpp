@@ -433,7 +433,7 @@ void run(const BenchOptions& o) {
     fmt::print("(milliseconds; clang/O3/codegen/total/warm are wall time, cpu is process CPU time of the cold compile)\n\n");
     fmt::print("Speed: milliseconds per call (median). reference = the family's reference implementation, plain = a "
                "scalar fp32 loop compiled into kiln (moe_w4a16: its reference\nis that plain loop over "
-               "weights dequantised to fp32 at load),\nJIT = the host kernel called directly; all three on one thread, "
+               "weights dequantised to fp32 at load),\nJIT = the host kernel called directly (moe_w4a16: the host layer on a one-thread stream); all three on one thread, "
                "in process CPU time. launch = host stream launch + synchronize on the pool, wall time.\n");
     fmt::print("{:<32} {:<11} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7}\n", "kernel", "shape", "reference",
                "plain", "JIT", "launch", "xref 1t", "xplain", "xref", "GB/s 1t");
