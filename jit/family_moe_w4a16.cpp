@@ -103,6 +103,22 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     return d;
 }
 
+// The family's descriptor skeleton for `target`, and with the shape and format of prepared weights.
+KernelDescriptor base_descriptor(Target target) {
+    KernelDescriptor d;
+    d.family = ShortName(MoeW4A16Family::k_name);
+    d.mode = ShortName("indexed");
+    d.target = target;
+    return d;
+}
+KernelDescriptor weights_descriptor(const moe::PreparedMoeWeights& w, Target target) {
+    KernelDescriptor d = base_descriptor(target);
+    d.weight_format = to_descriptor_format(w.format);
+    d.n = w.n_pad;
+    d.k = w.k;
+    return d;
+}
+
 const char* host_format_param(WeightFormat f) {
     return f == WeightFormat::int4_g32_bf16 ? "kiln_host::moe::kFormatInt4" : "kiln_host::moe::kFormatMxfp4";
 }
@@ -360,13 +376,7 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
         throw InvalidArgument(fmt::format("moe_w4a16: the {} kernel needs {} weights",
                                           which == MoeW4A16Kernel::gate_up ? "gate_up" : "down",
                                           which == MoeW4A16Kernel::gate_up ? "interleaved gate/up" : "plain down"));
-    KernelDescriptor d;
-    d.family = ShortName(k_name);
-    d.mode = ShortName("indexed");
-    d.weight_format = to_descriptor_format(w.format);
-    d.n = w.n_pad;
-    d.k = w.k;
-    d.target = target;
+    KernelDescriptor d = weights_descriptor(w, target);
     d.config.block_m = static_cast<uint16_t>(8 * tiles);
     d.config.flags = static_cast<uint32_t>(which);
     if (act == MoeActivation::situ_glu && which == MoeW4A16Kernel::gate_up) d.config.flags |= k_flag_situ;
@@ -387,13 +397,7 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
     if (gate_up != w.gate_up)
         throw InvalidArgument(fmt::format("moe_w4a16: the prefill {} kernel needs {} weights", gate_up ? "gate_up" : "down",
                                           gate_up ? "interleaved gate/up" : "plain down"));
-    KernelDescriptor d;
-    d.family = ShortName(k_name);
-    d.mode = ShortName("indexed");
-    d.weight_format = to_descriptor_format(w.format);
-    d.n = w.n_pad;
-    d.k = w.k;
-    d.target = target;
+    KernelDescriptor d = weights_descriptor(w, target);
     d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
     d.config.flags = (gate_up ? 0u : 1u) | k_flag_prefill;
     if (act == MoeActivation::situ_glu && gate_up) d.config.flags |= k_flag_situ;
@@ -403,20 +407,14 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
 }
 
 KernelDescriptor MoeW4A16Family::combine(Target target) {
-    KernelDescriptor d;
-    d.family = ShortName(k_name);
-    d.mode = ShortName("indexed");
-    d.target = target;
+    KernelDescriptor d = base_descriptor(target);
     d.config.flags = k_flag_kind_hi;
     return MoeW4A16Family().canonicalize(d);
 }
 
 KernelDescriptor MoeW4A16Family::routing(int experts, int tiles, Target target) {
-    KernelDescriptor d;
-    d.family = ShortName(k_name);
-    d.mode = ShortName("indexed");
+    KernelDescriptor d = base_descriptor(target);
     d.experts = experts;
-    d.target = target;
     d.config.block_m = static_cast<uint16_t>(8 * tiles);
     d.config.flags = static_cast<uint32_t>(MoeW4A16Kernel::routing);
     return MoeW4A16Family().canonicalize(d);
@@ -424,13 +422,7 @@ KernelDescriptor MoeW4A16Family::routing(int experts, int tiles, Target target) 
 
 KernelDescriptor MoeW4A16Family::dequant(const moe::PreparedMoeWeights& w, Target target) {
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, "dequant");
-    KernelDescriptor d;
-    d.family = ShortName(k_name);
-    d.mode = ShortName("indexed");
-    d.weight_format = to_descriptor_format(w.format);
-    d.n = w.n_pad;
-    d.k = w.k;
-    d.target = target;
+    KernelDescriptor d = weights_descriptor(w, target);
     d.config.flags = static_cast<uint32_t>(MoeW4A16Kernel::dequant);
     if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
     return MoeW4A16Family().canonicalize(d);

@@ -200,20 +200,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         chunk_gu_ = chunk_dn_ = 0;
         // The call's own capacity (the grids are sized by it), never more than the workspace holds.
         call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
-        MoeW4A16RoutingParams p{};
-        p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
-        p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
-        p.expert_count = counts_.ptr();
-        p.num_mblocks = nmb_.ptr();
-        p.mblock_info = info_.ptr();
-        p.sorted_token = sorted_token_.ptr();
-        p.sorted_weight = sorted_weight_.ptr();
-        p.num_tokens = tokens_;
-        p.topk = opt_.topk;
-        p.num_experts = experts_;
-        p.mblock_cap = call_cap_;
-        p.slot_pos = slot_pos_.ptr();
-        launch_moe_w4a16_routing(*k_routing_pre_, p, stream);
+        launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
         return;
     }
     use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
@@ -235,6 +222,11 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
                         : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, dn_.n_pad, dn_.k_pad,
                                                       dn_.k_pad % 128 == 0 ? 2 : 1, groups)
                               .k_chunk;
+    launch_routing_kernel(*k_routing_, topk_ids, topk_weights, mblock_cap_, stream);
+}
+
+void MoeW4A16::launch_routing_kernel(const LoadedKernel& k, const TensorView& topk_ids, const TensorView& topk_weights,
+                                     int cap, CUstream stream) {
     MoeW4A16RoutingParams p{};
     p.topk_ids = reinterpret_cast<CUdeviceptr>(topk_ids.data);
     p.topk_weights = reinterpret_cast<CUdeviceptr>(topk_weights.data);
@@ -246,9 +238,9 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     p.num_tokens = tokens_;
     p.topk = opt_.topk;
     p.num_experts = experts_;
-    p.mblock_cap = mblock_cap_;
-    p.slot_pos = use_rows_ ? slot_pos_.ptr() : 0;
-    launch_moe_w4a16_routing(*k_routing_, p, stream);
+    p.mblock_cap = cap;
+    p.slot_pos = use_rows_ ? slot_pos_.ptr() : 0;  // the rows path (and so prefill) reads slot positions
+    launch_moe_w4a16_routing(k, p, stream);
 }
 
 void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream stream) {

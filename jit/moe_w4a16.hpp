@@ -107,6 +107,9 @@ public:
     const LoadedKernel& routing_kernel() const { return use_prefill_ ? *k_routing_pre_ : *k_routing_; }
 
 private:
+    // Routing prep of the call in flight into m-blocks of `k`'s block_m, `cap` of them at most.
+    void launch_routing_kernel(const LoadedKernel& k, const runtime::TensorView& topk_ids,
+                               const runtime::TensorView& topk_weights, int cap, CUstream stream);
     void check_views(const runtime::TensorView& x, const runtime::TensorView& ids, const runtime::TensorView& w,
                      const runtime::TensorView& out) const;
 

@@ -140,4 +140,53 @@ inline std::vector<double> reference_output(moe::W4Format fmt, MoeActivation act
     return out;
 }
 
+// Elements of a dequantiser's output ([n_pad, k_pad] bf16 in layout row order, expert 0) that differ
+// from the unfused bf16 form of the prepared weights; padding must be exact zeros.
+inline long dequant_mismatches(const moe::PreparedMoeWeights& w, int n, int k, const std::vector<uint16_t>& got) {
+    std::vector<float> logical(size_t(w.gate_up ? 2 : 1) * n * k);
+    moe::dequantize_prepared(w, 0, logical);
+    long bad = 0;
+    for (int row = 0; row < w.n_pad; ++row) {
+        int part = 0, lrow = row;
+        bool pad = row >= n;
+        if (w.gate_up) {
+            const int i = (row / 16) * 8 + row % 8;
+            part = (row % 16) / 8;
+            lrow = i;
+            pad = i >= n;
+        }
+        for (int col = 0; col < w.k_pad; ++col) {
+            const float g = runtime::bf16_to_float(got[size_t(row) * w.k_pad + col]);
+            if (pad || col >= k) {
+                bad += g != 0.0f;
+                continue;
+            }
+            const uint16_t want = runtime::float_to_bf16(logical[(size_t(part) * n + lrow) * k + col]);
+            if (got[size_t(row) * w.k_pad + col] != want && !(g == 0.0f && runtime::bf16_to_float(want) == 0.0f)) ++bad;
+        }
+    }
+    return bad;
+}
+
+// Relative L2 error of a bf16 output against the reference (absolute when the reference is all zero),
+// over its finite elements, and the count of non-finite ones.
+struct OutputError {
+    double rel = 0, num = 0, den = 0;
+    long nonfinite = 0;
+};
+inline OutputError output_error(const std::vector<uint16_t>& got, const std::vector<double>& ref) {
+    OutputError e;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const float g = runtime::bf16_to_float(got[i]);
+        if (!std::isfinite(g)) {
+            ++e.nonfinite;
+            continue;
+        }
+        e.num += (g - ref[i]) * (g - ref[i]);
+        e.den += ref[i] * ref[i];
+    }
+    e.rel = e.den > 0 ? std::sqrt(e.num / e.den) : std::sqrt(e.num);
+    return e;
+}
+
 }  // namespace kiln::jit::moe_test

@@ -174,20 +174,9 @@ void run_case(const Case& c) {
                 CHECK(layer.routing_kernel().desc.config.block_m == 64);
             }
             const std::vector<uint16_t> got = to_host<uint16_t>(dout);
-            double num = 0, den = 0;
-            long nans = 0;
-            for (size_t i = 0; i < ref.size(); ++i) {
-                const float g = bf16_to_float(got[i]);
-                if (!std::isfinite(g)) {
-                    ++nans;
-                    continue;
-                }
-                num += (g - ref[i]) * (g - ref[i]);
-                den += ref[i] * ref[i];
-            }
-            const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-            CHECK(nans == 0);
-            CHECK(err <= 1e-2);
+            const moe_test::OutputError err = moe_test::output_error(got, ref);
+            CHECK(err.nonfinite == 0);
+            CHECK(err.rel <= 1e-2);
         }
     }
 }
@@ -205,8 +194,6 @@ TEST_CASE("moe_w4a16: fused dequantisation is bit-identical to the unfused bf16 
                 f, moe::W4Layout::decode_mma16, gate_up, 1, n, k, [&](int, int p) { return m[p].view(); });
             CAPTURE(moe::to_string(f));
             CAPTURE(w.wide_scales);
-            std::vector<float> logical(size_t(gate_up ? 2 : 1) * n * k);
-            moe::dequantize_prepared(w, 0, logical);
             const LoadedKernel& kern = fx.disp->get(MoeW4A16Family::dequant(w, fx.disp->device_target()));
             DeviceMoeWeights dw = DeviceMoeWeights::upload(w);
             DeviceBuffer out(size_t(w.n_pad) * w.k_pad * 2);
@@ -215,26 +202,7 @@ TEST_CASE("moe_w4a16: fused dequantisation is bit-identical to the unfused bf16 
             launch_moe_w4a16_dequant(kern, {dw.ptr(), out.ptr(), w.n_pad, w.k_pad}, s.handle());
             s.synchronize();
             const std::vector<uint16_t> got = to_host<uint16_t>(out);
-            long bad = 0;
-            for (int row = 0; row < w.n_pad; ++row) {
-                int part = 0, lrow = row;
-                bool pad = row >= n;
-                if (gate_up) {
-                    const int i = (row / 16) * 8 + row % 8;
-                    part = (row % 16) / 8;
-                    lrow = i;
-                    pad = i >= n;
-                }
-                for (int col = 0; col < w.k_pad; ++col) {
-                    const uint16_t g = got[size_t(row) * w.k_pad + col];
-                    if (pad || col >= k) {
-                        bad += bf16_to_float(g) != 0.0f;
-                        continue;
-                    }
-                    const uint16_t want = float_to_bf16(logical[(size_t(part) * n + lrow) * k + col]);
-                    if (g != want && !(bf16_to_float(g) == 0.0f && bf16_to_float(want) == 0.0f)) ++bad;
-                }
-            }
+            const long bad = moe_test::dequant_mismatches(w, n, k, got);
             CHECK(bad == 0);
         }
     }

@@ -96,21 +96,10 @@ void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
         layer.forward(x.data(), r.ids.data(), r.weights.data(), c.tokens, out.data(), s);
         s.synchronize();
         CHECK(layer.last_config() == config);
-        double num = 0, den = 0;
-        long nans = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const float g = bf16_to_float(out[i]);
-            if (!std::isfinite(g)) {
-                ++nans;
-                continue;
-            }
-            num += (g - ref[i]) * (g - ref[i]);
-            den += ref[i] * ref[i];
-        }
-        const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-        CHECK(nans == 0);
-        CHECK(err <= 1e-2);
-        if (den == 0) CHECK(num == 0);  // no local expert: exact zeros
+        const moe_test::OutputError err = moe_test::output_error(out, ref);
+        CHECK(err.nonfinite == 0);
+        CHECK(err.rel <= 1e-2);
+        if (err.den == 0) CHECK(err.num == 0);  // no local expert: exact zeros
         for (float a : layer.accumulator()) REQUIRE(a == 0.0f);  // left clean for the next call
     }
     }
@@ -130,32 +119,11 @@ TEST_CASE("moe_w4a16 host dequantiser is bit-identical to the unfused bf16 form"
                 f, moe::W4Layout::decode_mma16, gate_up, 1, n, k, [&](int, int p) { return m[p].view(); });
             CAPTURE(moe::to_string(f));
             CAPTURE(gate_up);
-            std::vector<float> logical(size_t(gate_up ? 2 : 1) * n * k);
-            moe::dequantize_prepared(w, 0, logical);
             const LoadedKernel& kern = loader.get(MoeW4A16Family::dequant(w, k_host));
             std::vector<uint16_t> got(size_t(w.n_pad) * w.k_pad, 0xFFFF);
             launch_moe_w4a16_dequant(kern, {addr(w.bytes.data()), addr(got.data()), w.n_pad, w.k_pad}, s);
             s.synchronize();
-            long bad = 0;
-            for (int row = 0; row < w.n_pad; ++row) {
-                int part = 0, lrow = row;
-                bool pad = row >= n;
-                if (gate_up) {
-                    const int i = (row / 16) * 8 + row % 8;
-                    part = (row % 16) / 8;
-                    lrow = i;
-                    pad = i >= n;
-                }
-                for (int col = 0; col < w.k_pad; ++col) {
-                    const uint16_t g = got[size_t(row) * w.k_pad + col];
-                    if (pad || col >= k) {
-                        bad += bf16_to_float(g) != 0.0f;
-                        continue;
-                    }
-                    const uint16_t want = float_to_bf16(logical[(size_t(part) * n + lrow) * k + col]);
-                    if (g != want && !(bf16_to_float(g) == 0.0f && bf16_to_float(want) == 0.0f)) ++bad;
-                }
-            }
+            const long bad = moe_test::dequant_mismatches(w, n, k, got);
             CHECK(bad == 0);
         }
     }
