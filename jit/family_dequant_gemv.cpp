@@ -84,21 +84,26 @@ static void expect_aligned(const runtime::TensorView& t, const char* what) {
         throw InvalidArgument(fmt::format("dequant_gemv {}: data must be 16-byte aligned", what));
 }
 
-void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, CUstream stream) {
-    const KernelDescriptor& d = k.desc;
-    if (d.family.view() != DequantGemvFamily::k_name)
-        throw InvalidArgument(fmt::format("launch_dequant_gemv: kernel is {}", to_string(d)));
-    runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, Location::device);
+int64_t check_dequant_gemv_args(const KernelDescriptor& d, const DequantGemvArgs& a, Location where) {
+    runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, where);
     runtime::expect_shape(a.x, "dequant_gemv x", {-1, d.k});
-    runtime::expect_tensor(a.weight_packed, "dequant_gemv weight_packed", DType::i32, 2, Location::device);
+    runtime::expect_tensor(a.weight_packed, "dequant_gemv weight_packed", DType::i32, 2, where);
     runtime::expect_shape(a.weight_packed, "dequant_gemv weight_packed", {d.n, d.k / 8});
-    runtime::expect_tensor(a.weight_scale, "dequant_gemv weight_scale", DType::bf16, 2, Location::device);
+    runtime::expect_tensor(a.weight_scale, "dequant_gemv weight_scale", DType::bf16, 2, where);
     runtime::expect_shape(a.weight_scale, "dequant_gemv weight_scale", {d.n, d.k / 32});
     const int64_t m = a.x.shape[0];
     if (m < 1 || m > d.m)
         throw InvalidArgument(fmt::format("dequant_gemv: m={} outside the kernel's M-bucket [1, {}]", m, d.m));
-    runtime::expect_tensor(a.y, "dequant_gemv y", DType::bf16, 2, Location::device);
+    runtime::expect_tensor(a.y, "dequant_gemv y", DType::bf16, 2, where);
     runtime::expect_shape(a.y, "dequant_gemv y", {m, d.n});
+    return m;
+}
+
+void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, CUstream stream) {
+    const KernelDescriptor& d = k.desc;
+    if (d.family.view() != DequantGemvFamily::k_name)
+        throw InvalidArgument(fmt::format("launch_dequant_gemv: kernel is {}", to_string(d)));
+    const int64_t m = check_dequant_gemv_args(d, a, Location::device);
     expect_aligned(a.x, "x");
     expect_aligned(a.weight_packed, "weight_packed");
 

@@ -42,6 +42,10 @@ struct DequantGemvArgs {
     runtime::TensorView y;             // bf16 [m, N], device
 };
 
+// Checks every view against the descriptor (InvalidArgument), in `where` memory; returns m. The device
+// launch below and the host one (host_launch.hpp) both start with it.
+int64_t check_dequant_gemv_args(const KernelDescriptor& d, const DequantGemvArgs& a, runtime::Location where);
+
 void launch_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a, CUstream stream);
 
 // fp64 reference: y[m * N + n]. x and scales are bf16 bit patterns.

@@ -95,17 +95,14 @@ int64_t moe_routing_capacity(int64_t tokens, int topk, int experts, int block_m)
     return (rows + block_m - 1) / block_m * block_m;
 }
 
-void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, CUstream stream) {
-    const KernelDescriptor& d = k.desc;
-    if (d.family.view() != MoeRoutingFamily::k_name)
-        throw InvalidArgument(fmt::format("launch_moe_routing: kernel is {}", to_string(d)));
-    runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, Location::device);
+int64_t check_moe_routing_args(const KernelDescriptor& d, const MoeRoutingArgs& a, Location where) {
+    runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, where);
     runtime::expect_shape(a.topk_ids, "moe_routing topk_ids", {-1, d.topk});
-    runtime::expect_tensor(a.sorted_ids, "moe_routing sorted_ids", DType::i32, 1, Location::device);
-    runtime::expect_tensor(a.block_expert, "moe_routing block_expert", DType::i32, 1, Location::device);
-    runtime::expect_tensor(a.tokens_per_expert, "moe_routing tokens_per_expert", DType::i32, 1, Location::device);
+    runtime::expect_tensor(a.sorted_ids, "moe_routing sorted_ids", DType::i32, 1, where);
+    runtime::expect_tensor(a.block_expert, "moe_routing block_expert", DType::i32, 1, where);
+    runtime::expect_tensor(a.tokens_per_expert, "moe_routing tokens_per_expert", DType::i32, 1, where);
     runtime::expect_shape(a.tokens_per_expert, "moe_routing tokens_per_expert", {d.experts});
-    runtime::expect_tensor(a.total_padded, "moe_routing total_padded", DType::i32, 1, Location::device);
+    runtime::expect_tensor(a.total_padded, "moe_routing total_padded", DType::i32, 1, where);
     runtime::expect_shape(a.total_padded, "moe_routing total_padded", {1});
     const int64_t tokens = a.topk_ids.shape[0];
     const int bm = d.config.block_m;
@@ -116,6 +113,14 @@ void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, CUstream
             tokens, need, need / bm, a.sorted_ids.shape[0], a.block_expert.shape[0]));
     if (tokens * d.topk + static_cast<int64_t>(d.experts) * bm > INT32_MAX)
         throw InvalidArgument(fmt::format("moe_routing: {} tokens overflow 32-bit row indices", tokens));
+    return tokens;
+}
+
+void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, CUstream stream) {
+    const KernelDescriptor& d = k.desc;
+    if (d.family.view() != MoeRoutingFamily::k_name)
+        throw InvalidArgument(fmt::format("launch_moe_routing: kernel is {}", to_string(d)));
+    const int64_t tokens = check_moe_routing_args(d, a, Location::device);
 
     const int32_t* ids = a.topk_ids.ptr<int32_t>();
     int32_t num_tokens = static_cast<int32_t>(tokens);

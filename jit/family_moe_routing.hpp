@@ -50,6 +50,10 @@ struct MoeRoutingArgs {
     runtime::TensorView total_padded;       // i32 [1], device
 };
 
+// Checks every view against the descriptor (InvalidArgument), in `where` memory; returns the tokens.
+// The device launch below and the host one (host_launch.hpp) both start with it.
+int64_t check_moe_routing_args(const KernelDescriptor& d, const MoeRoutingArgs& a, runtime::Location where);
+
 // Checks every view against the kernel's descriptor (InvalidArgument), then launches on `stream`.
 void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, CUstream stream);
 

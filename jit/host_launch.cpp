@@ -21,23 +21,7 @@ static void expect_host_kernel(const LoadedKernel& k, std::string_view family) {
 MoeRoutingHostArgs pack_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a) {
     expect_host_kernel(k, MoeRoutingFamily::k_name);
     const KernelDescriptor& d = k.desc;
-    runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, Location::host);
-    runtime::expect_shape(a.topk_ids, "moe_routing topk_ids", {-1, d.topk});
-    runtime::expect_tensor(a.sorted_ids, "moe_routing sorted_ids", DType::i32, 1, Location::host);
-    runtime::expect_tensor(a.block_expert, "moe_routing block_expert", DType::i32, 1, Location::host);
-    runtime::expect_tensor(a.tokens_per_expert, "moe_routing tokens_per_expert", DType::i32, 1, Location::host);
-    runtime::expect_shape(a.tokens_per_expert, "moe_routing tokens_per_expert", {d.experts});
-    runtime::expect_tensor(a.total_padded, "moe_routing total_padded", DType::i32, 1, Location::host);
-    runtime::expect_shape(a.total_padded, "moe_routing total_padded", {1});
-    const int64_t tokens = a.topk_ids.shape[0];
-    const int bm = d.config.block_m;
-    const int64_t need = moe_routing_capacity(tokens, d.topk, d.experts, bm);
-    if (a.sorted_ids.shape[0] < need || a.block_expert.shape[0] < need / bm)
-        throw InvalidArgument(fmt::format(
-            "moe_routing: {} tokens need sorted_ids of >= {} rows and block_expert of >= {} blocks (got {} and {})",
-            tokens, need, need / bm, a.sorted_ids.shape[0], a.block_expert.shape[0]));
-    if (tokens * d.topk + static_cast<int64_t>(d.experts) * bm > INT32_MAX)
-        throw InvalidArgument(fmt::format("moe_routing: {} tokens overflow 32-bit row indices", tokens));
+    const int64_t tokens = check_moe_routing_args(d, a, Location::host);
 
     MoeRoutingHostArgs h{};
     h.topk_ids = a.topk_ids.ptr<const int32_t>();
@@ -59,17 +43,7 @@ void launch_moe_routing(const LoadedKernel& k, const MoeRoutingArgs& a, runtime:
 DequantGemvHostArgs pack_dequant_gemv(const LoadedKernel& k, const DequantGemvArgs& a) {
     expect_host_kernel(k, DequantGemvFamily::k_name);
     const KernelDescriptor& d = k.desc;
-    runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, Location::host);
-    runtime::expect_shape(a.x, "dequant_gemv x", {-1, d.k});
-    runtime::expect_tensor(a.weight_packed, "dequant_gemv weight_packed", DType::i32, 2, Location::host);
-    runtime::expect_shape(a.weight_packed, "dequant_gemv weight_packed", {d.n, d.k / 8});
-    runtime::expect_tensor(a.weight_scale, "dequant_gemv weight_scale", DType::bf16, 2, Location::host);
-    runtime::expect_shape(a.weight_scale, "dequant_gemv weight_scale", {d.n, d.k / 32});
-    const int64_t m = a.x.shape[0];
-    if (m < 1 || m > d.m)
-        throw InvalidArgument(fmt::format("dequant_gemv: m={} outside the kernel's M-bucket [1, {}]", m, d.m));
-    runtime::expect_tensor(a.y, "dequant_gemv y", DType::bf16, 2, Location::host);
-    runtime::expect_shape(a.y, "dequant_gemv y", {m, d.n});
+    const int64_t m = check_dequant_gemv_args(d, a, Location::host);
 
     DequantGemvHostArgs h{};
     h.x = a.x.ptr<const uint16_t>();
