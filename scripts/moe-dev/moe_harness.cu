@@ -378,9 +378,21 @@ struct Variant {
     int prefill = 0;      // prefill GEMM for both: block_m 64 or 128; -1 chosen from rows per active expert
     int prefill_rb = 2;   // prefill GEMM: 16-row blocks per warp (1: each weight word dequantised once per CTA)
     int prefill_recs = 1; // prefill GEMM: records per K step (2 applies where k_pad % 128 == 0)
+    bool ws = false;      // decode GEMMs on the warp-specialised pipeline (moe_w4a16_decode_ws.cuh)
 };
 
 bool variant_by_name(const std::string& n, Variant& v) {
+    if (n.size() > 1 && n[0] == 'w' && n != "wauto") {  // w3, w4, w5, w5r: v3, v4, ... on the warp-specialised pipeline
+        if (!variant_by_name("v" + n.substr(1), v)) return false;
+        v.name = n;
+        v.ws = true;
+        return true;
+    }
+    if (n == "wauto") {
+        v = Variant{n};
+        v.automatic = v.ws = true;
+        return true;
+    }
     v = Variant{n};
     if (n == "v3") return true;
     if (n == "auto") return v.automatic = true;
@@ -516,6 +528,10 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     }
     const bool mask = gu.meta.k % 64 != 0;
     const int recs_gu = gu.meta.k_pad % 128 == 0 ? 2 : 1, recs_dn = dn.meta.k_pad % 128 == 0 ? 2 : 1;
+    if (var.ws) {
+        gu_sched += 2;
+        dn_sched += 2;
+    }
     l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, gu_sched, 0, act, mask, recs_gu, tiles);
     l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, dn_sched, l.var.rows ? 2 : 1, act,
                                     false, recs_dn, tiles);
@@ -598,7 +614,7 @@ void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int cop
         if (l.mblock_cap > 0)
             l.gate_up.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.gate_up.smem, s>>>(p);
     } else {
-        l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
+        l.gate_up.fn<<<g_num_sms, l.gate_up.threads, l.gate_up.smem, s>>>(p);
     }
     CK(cudaGetLastError());
 }
@@ -634,7 +650,7 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
         if (l.mblock_cap > 0)
             l.down.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.down.smem, s>>>(p);
     } else {
-        l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
+        l.down.fn<<<g_num_sms, l.down.threads, l.down.smem, s>>>(p);
     }
     CK(cudaGetLastError());
     if (l.var.rows && w.M > 0) {
@@ -1336,7 +1352,7 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16 && !var.rows && !var.automatic) {
                 // the gate_up pipeline alone (same bytes, no dequantisation / MMA)
                 Launch lp = l;
-                lp.gate_up = harness::select_decode_skip_math(var.sched);
+                lp.gate_up = harness::select_decode_skip_math(var.sched + (var.ws ? 2 : 0));
                 CK(cudaFuncSetAttribute(lp.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lp.gate_up.smem));
                 cudaEvent_t e0, e1;
                 CK(cudaEventCreate(&e0));

@@ -1,0 +1,462 @@
+// moe_w4a16 decode GEMM, warp-specialised pipeline (indexed mode, sm_90). Same math, layout, work items,
+// schedules and modes as moe_w4a16_decode (read that file first); what differs is who moves the data:
+//
+// One persistent CTA per SM, 640 threads = 4 groups x (4 consumer warps + 1 producer warp); warps 0-15
+// are the consumers (group = warp / 4), warps 16-19 the producers of groups 0-3. Each group has a ring
+// of kStages stages with two mbarriers per stage:
+//   full[s]  33 arrivals: the 32 producer lanes' cp.async arrivals (gathered token rows, zero-filled
+//            past K) plus the producer's arrive.expect_tx for the stage's bulk weight copy;
+//   empty[s] 4 arrivals: one per consumer warp once it has read the stage.
+// The producer walks its items (static share or dynamic claims), waits for a free slot, writes the
+// stage header, copies, and finally publishes a sentinel stage (valid rows -1). Consumers never meet
+// a CTA or group barrier in the main loop: a warp waits only for its next stage's data, so warps of a
+// group drift freely by up to kStages stages and nobody waits for the slowest sibling every stage.
+//
+// Stage header (32 bytes): mb, valid rows (-1: sentinel), super-block, K chunk, active row-block mask,
+// stages in this item, 0, 0.
+#pragma once
+
+#include "device/moe_w4a16_decode.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+constexpr int kDecodeWsThreads = 640;
+
+template <int kFormat, int kTiles, int kRecs>
+struct DecodeWsSmem {
+    using LB = LayoutBytes<kFormat, kDecodeBlocks>;
+    static constexpr int kRec = LB::kRecordBytes;
+    static constexpr int kXStride = 128 * kRecs + 16;
+    static constexpr int kOffX = kRecs * kRec;
+    static constexpr int kOffMeta = kOffX + 8 * kTiles * kXStride;
+    static constexpr int kStage = ((kOffMeta + 32) + 127) / 128 * 128;
+};
+
+template <int kFormat, int kTiles, int kRecs>
+__host__ __device__ constexpr int decode_ws_group_smem(int stages) {
+    return stages * DecodeWsSmem<kFormat, kTiles, kRecs>::kStage + ((16 * stages + 127) / 128) * 128;
+}
+template <int kFormat, int kTiles, int kRecs>
+__host__ __device__ constexpr int decode_ws_smem_bytes(int stages) {
+    return 4 * decode_ws_group_smem<kFormat, kTiles, kRecs>(stages);
+}
+// Deepest ring (at most 8 stages) that fits the 227 KB of shared memory of one CTA.
+template <int kFormat, int kTiles, int kRecs>
+__host__ __device__ constexpr int decode_ws_default_stages() {
+    int s = 8;
+    while (s > 2 && decode_ws_smem_bytes<kFormat, kTiles, kRecs>(s) > 232448) --s;
+    return s;
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
+          int kSched = 0, bool kSkipMath = false>
+__global__ void __launch_bounds__(kDecodeWsThreads, 1) moe_w4a16_decode_ws(const DecodeParams p) {
+    static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
+    static_assert(kStages >= 2, "at least two stages");
+    static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
+    static_assert(kMode >= 0 && kMode <= 2, "gate_up, down combined, down rows");
+    static_assert(kSched == 0 || kSched == 1, "static or dynamic schedule");
+    using SM = DecodeWsSmem<kFormat, kTiles, kRecs>;
+    using LB = typename SM::LB;
+    constexpr int kBM = 8 * kTiles;
+    constexpr int kRec = SM::kRec;
+    constexpr int kScB = LB::kScaleBytesPerBlock;
+    constexpr int kWB = LB::kWeightBytes;
+    constexpr int kRowChunks = 8 * kRecs;           // 16-byte chunks of one token row per stage
+    constexpr int kCpl = kBM * kRowChunks / 32;     // chunks per producer lane per stage
+    constexpr bool kDyn = kSched == 1;
+    constexpr int kGroupSmem = decode_ws_group_smem<kFormat, kTiles, kRecs>(kStages);
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    const int nq = p.k_pad >> 6;
+    const int nmb = *p.num_mblocks;
+    if (nmb == 0) {
+        if constexpr (kMode == 1) {
+            const int total = p.num_tokens * p.n_real;
+            for (int i = blockIdx.x * kDecodeWsThreads + tid; i < total; i += gridDim.x * kDecodeWsThreads)
+                p.out[(i / p.n_real) * p.out_stride + i % p.n_real] = __float2bfloat16(0.0f);
+        }
+        return;
+    }
+    const int nb16 = p.n_pad >> 4, nsb = p.n_pad >> 7;
+
+    // K chunks per item (dynamic schedule, down combined only: gate_up and rows need whole K).
+    int chunk = nq, ksplit = 1;
+    if constexpr (kDyn && kMode == 1) {
+        const int base = nmb * nsb;
+        const int want = (p.k_chunk + kRecs - 1) / kRecs * kRecs;
+        if (want > 0 && want < nq && base <= p.split_max_items) {
+            chunk = want;
+            ksplit = (nq + chunk - 1) / chunk;
+        }
+    }
+
+    // Static schedule: this CTA's share of row-blocks (CTA-uniform, so an empty share returns here).
+    int r0 = 0, r1 = 0, gs0 = 0, n_items = 0;
+    if constexpr (!kDyn) {
+        const long long units = static_cast<long long>(nmb) * nb16;
+        r0 = static_cast<int>(units * blockIdx.x / gridDim.x);
+        r1 = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
+        if (r0 >= r1) return;
+        gs0 = r0 >> 3;
+        n_items = ((r1 - 1) >> 3) + 1 - gs0;
+    }
+
+    const bool is_producer = warp >= 16;
+    const int gid = is_producer ? warp - 16 : warp >> 2;
+    const u32 gsm = smem_addr(smem_raw) + gid * kGroupSmem;
+    const u32 full = gsm + kStages * SM::kStage;
+    const u32 empty = full + 8 * kStages;
+    if (is_producer && lane == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(full + 8 * s, 33);
+            mbar_init(empty + 8 * s, 4);
+        }
+        fence_mbar_init();
+    }
+    __syncthreads();
+
+    if (is_producer) {
+        // ---------------------------------------------------------------- producer warp of group gid
+        const u64 policy = evict_first_policy();
+        int i = 0;  // stages issued
+        auto acquire = [&]() -> int {
+            const int slot = i % kStages;
+            if (i >= kStages) mbar_wait(empty + 8 * slot, ((i / kStages) - 1) & 1);
+            return slot;
+        };
+        // One stage of item (mb, sb, kc) at record q0 .. q0 + kRecs - 1.
+        auto produce = [&](int mb, int sb, int kc, int expert, int valid, int mask, int nst, int q0,
+                           const int (&tok)[kCpl]) {
+            const int slot = acquire();
+            const u32 st = gsm + slot * SM::kStage;
+            const u32 bar = full + 8 * slot;
+            const int ntiles = (valid + 7) >> 3;
+#pragma unroll
+            for (int h = 0; h < kCpl; ++h) {
+                const int c = lane + 32 * h;
+                const int row = c / kRowChunks, kcol = c % kRowChunks;
+                if ((row >> 3) < ntiles && row < valid) {
+                    const int k = q0 * 64 + kcol * 8;
+                    int bytes = 16;
+                    if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - k) * 2));
+                    const __nv_bfloat16* src;
+                    if constexpr (kMode == 0)
+                        src = p.x + static_cast<long long>(tok[h]) * p.x_stride + k;
+                    else
+                        src = p.x + static_cast<long long>(mb * kBM + row) * p.x_stride + k;
+                    cp_async16(st + SM::kOffX + row * SM::kXStride + kcol * 16, bytes ? src : p.x, bytes);
+                }
+            }
+            if (lane == 0) {
+                fence_proxy_async();  // the consumers' generic reads of this slot precede the bulk write
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(mb), "r"(valid),
+                             "r"(sb), "r"(kc)
+                             : "memory");
+                asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(st + SM::kOffMeta + 16), "r"(mask), "r"(nst)
+                             : "memory");
+                const u8* rec = p.weights + static_cast<u64>(expert) * p.expert_stride +
+                                static_cast<u64>(sb * nq + q0) * kRec;
+                if (mask == 0xFF) {
+                    mbar_arrive_expect_tx(bar, kRecs * kRec);
+                    bulk_g2s_hint(st, rec, kRecs * kRec, bar, policy);
+                } else {
+                    const int b0 = __ffs(mask) - 1, b1 = 32 - __clz(mask);
+                    mbar_arrive_expect_tx(bar, kRecs * (b1 - b0) * (512 + kScB));
+#pragma unroll
+                    for (int j = 0; j < kRecs; ++j) {
+                        bulk_g2s_hint(st + j * kRec + b0 * 512, rec + j * kRec + b0 * 512, (b1 - b0) * 512, bar, policy);
+                        bulk_g2s_hint(st + j * kRec + kWB + b0 * kScB, rec + j * kRec + kWB + b0 * kScB,
+                                      (b1 - b0) * kScB, bar, policy);
+                    }
+                }
+            }
+            cp_async_mbar_arrive(bar);
+            ++i;
+        };
+        auto run_item = [&](int mb, int sb, int kc, int mask) {
+            const int2 info = __ldg(p.mblock_info + mb);
+            int tok[kCpl];
+#pragma unroll
+            for (int h = 0; h < kCpl; ++h) {
+                tok[h] = 0;
+                if constexpr (kMode == 0) {
+                    const int row = (lane + 32 * h) / kRowChunks;
+                    if (row < info.y) tok[h] = __ldg(p.sorted_token + mb * kBM + row);
+                }
+            }
+            const int q0 = kc * chunk;
+            const int nst = (min(nq, q0 + chunk) - q0) / kRecs;
+#pragma unroll 1
+            for (int s = 0; s < nst; ++s) produce(mb, sb, kc, info.x, info.y, mask, nst, q0 + s * kRecs, tok);
+        };
+
+        if constexpr (!kDyn) {
+#pragma unroll 1
+            for (int j = gid; j < n_items; j += 4) {
+                const int G = gs0 + j;
+                const int mb = G / nsb, sb = G - mb * nsb;
+                const int lo = max(r0 - 8 * G, 0), hi = min(r1 - 8 * G, 8);
+                run_item(mb, sb, 0, ((1 << hi) - 1) & ~((1 << lo) - 1));
+            }
+        } else {
+            const int total = nmb * nsb * ksplit;
+            const int win = min(max(p.order_window, 1), nmb);
+            const int per_mb = nsb * ksplit;
+            const int full_w = nmb / win, items_full = full_w * win * per_mb;
+            int next = 0;
+            if (lane == 0) next = atomicAdd(p.work, 1);
+            next = __shfl_sync(0xffffffffu, next, 0);
+#pragma unroll 1
+            while (next < total) {
+                const int id = next;
+                if (lane == 0) next = atomicAdd(p.work, 1);  // one claim ahead: its latency hides behind the item
+                int mb, rest;
+                if (id < items_full) {
+                    const int wi = id / (win * per_mb), rem = id - wi * win * per_mb;
+                    mb = wi * win + rem % win;
+                    rest = rem / win;
+                } else {
+                    const int wl = nmb - full_w * win, rem = id - items_full;
+                    mb = full_w * win + rem % wl;
+                    rest = rem / wl;
+                }
+                const int sb = rest / ksplit;
+                run_item(mb, sb, rest - sb * ksplit, 0xFF);
+                next = __shfl_sync(0xffffffffu, next, 0);
+            }
+        }
+        // Sentinel: a stage with no data that tells the group's consumers to stop.
+        {
+            const int slot = acquire();
+            const u32 st = gsm + slot * SM::kStage;
+            const u32 bar = full + 8 * slot;
+            if (lane == 0) {
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(0), "r"(-1), "r"(0),
+                             "r"(0)
+                             : "memory");
+                mbar_arrive_expect_tx(bar, 0);
+            }
+            cp_async_mbar_arrive(bar);
+            ++i;
+        }
+        if constexpr (kDyn) {
+            // The last producer out re-zeroes the claim counters: every producer's claims precede its
+            // increment of the finished count.
+            if (lane == 0) {
+                __threadfence();
+                const int done = atomicAdd(p.work + 1, 1);
+                if (done == 4 * static_cast<int>(gridDim.x) - 1) {
+                    atomicExch(p.work, 0);
+                    atomicExch(p.work + 1, 0);
+                }
+            }
+        }
+        // Producer tail: wait until the consumers have released every data stage still in the ring, so
+        // no copy this warp issued is outstanding when it exits (the sentinel is never released).
+#pragma unroll 1
+        for (int j = max(0, i - kStages); j < i - 1; ++j) mbar_wait(empty + 8 * (j % kStages), (j / kStages) & 1);
+        return;
+    }
+
+    // -------------------------------------------------------------------- consumer warp wig of group gid
+    const int wig = warp & 3;
+    float acc[2][kTiles][4];
+    int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1;
+    int e_tok[kTiles][2];
+    float e_wt[kTiles][2];
+    int pend_rb[2] = {-1, -1};
+    int pend_prev[2] = {0, 0};
+    bool pend_check = false;
+    const int contributions = nmb * ksplit;
+    const int lrow = lane & 7, lmat = lane >> 3;
+    const u32 w_off = (2 * wig) * 512 + lane * 16;
+    const u32 s_off = kWB + (2 * wig) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+    const u32 x_off = SM::kOffX + lrow * SM::kXStride + lmat * 16;
+
+    auto bump_counters = [&]() {
+        __threadfence();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int prev = 0;
+            if (pend_rb[h] >= 0 && lane == 0) prev = atomicAdd(p.counters + pend_rb[h], 1);
+            pend_prev[h] = prev;
+        }
+        pend_check = true;
+    };
+    auto finish_counters = [&]() {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int prev = __shfl_sync(0xffffffffu, pend_prev[h], 0);
+            if (pend_rb[h] >= 0 && prev == contributions - 1) {
+                __threadfence();
+                decode_convert_slice(p, pend_rb[h], lane);
+                if (lane == 0) p.counters[pend_rb[h]] = 0;
+            }
+            pend_rb[h] = -1;
+        }
+        pend_check = false;
+    };
+
+    int slot = 0;
+    u32 phase = 0;
+#pragma unroll 1
+    for (;;) {
+        const u32 st = gsm + slot * SM::kStage;
+        mbar_wait(full + 8 * slot, phase);
+        if (c_q == 0) {
+            const uint4 meta = lds128(st + SM::kOffMeta);
+            c_valid = static_cast<int>(meta.y);
+            if (c_valid < 0) break;
+            const uint2 meta2 = lds64(st + SM::kOffMeta + 16);
+            c_mb = static_cast<int>(meta.x);
+            c_sb = static_cast<int>(meta.z);
+            c_act = (meta2.x >> (2 * wig)) & 3u;
+            c_nst = static_cast<int>(meta2.y);
+            c_ntiles = (c_valid + 7) >> 3;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti) acc[h][ti][0] = acc[h][ti][1] = acc[h][ti][2] = acc[h][ti][3] = 0.0f;
+            if constexpr (kMode >= 1) {
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int pos = c_mb * kBM + 8 * ti + 2 * t + e;
+                        if constexpr (kMode == 1) e_tok[ti][e] = __ldg(p.sorted_token + pos);
+                        e_wt[ti][e] = __ldg(p.sorted_weight + pos);
+                    }
+            }
+            if constexpr (kMode == 1) {
+                if (pend_rb[0] >= 0 || pend_rb[1] >= 0) bump_counters();
+            }
+        }
+        if constexpr (kMode == 1) {
+            if (c_q == c_nst - 1 && pend_check) finish_counters();
+        }
+        if (c_act && !kSkipMath) {
+#pragma unroll
+            for (int j = 0; j < kRecs; ++j) {
+                const u32 rec = st + j * kRec;
+                u32 words[2][4], m[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint4 wv = lds128(rec + w_off + h * 512);
+                    words[h][0] = wv.x;
+                    words[h][1] = wv.y;
+                    words[h][2] = wv.z;
+                    words[h][3] = wv.w;
+                    uint2 sv;
+                    if constexpr (kFormat == kFormatInt4) {
+                        sv = lds64(rec + s_off + h * kScB);
+                    } else {
+                        sv.x = lds32(rec + s_off + h * kScB);
+                        sv.y = 0;
+                    }
+                    expand_scales<kFormat, kWideScale>(sv, m[h]);
+                }
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    u32 b[kTiles][4];
+#pragma unroll
+                    for (int ti = 0; ti < kTiles; ++ti) {
+                        if (ti == 0 || ti < c_ntiles)
+                            ldmatrix_x4(st + x_off + ti * (8 * SM::kXStride) + j * 128 + c * 64, b[ti][0], b[ti][1], b[ti][2],
+                                        b[ti][3]);
+                    }
+#pragma unroll
+                    for (int s2 = 0; s2 < 2; ++s2) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            u32 a[4];
+                            dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a);
+#pragma unroll
+                            for (int ti = 0; ti < kTiles; ++ti) {
+                                if (ti == 0 || ti < c_ntiles)
+                                    mma_bf16_16816(acc[h][ti], a[0], a[1], a[2], a[3], b[ti][2 * s2], b[ti][2 * s2 + 1]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // This warp is done reading the stage.
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * slot);
+        if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1u;
+        }
+        if (++c_q < c_nst) continue;
+        c_q = 0;
+        if (!c_act) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (!((c_act >> h) & 1)) continue;
+            const int rb = 8 * c_sb + 2 * wig + h;
+            if constexpr (kMode == 0) {
+                const int col = rb * 8 + g;
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = 8 * ti + 2 * t + e;
+                        if (r < c_valid)
+                            p.inter[static_cast<long long>(c_mb * kBM + r) * p.inter_stride + col] =
+                                __float2bfloat16(glu<kAct>(acc[h][ti][e], acc[h][ti][2 + e]));
+                    }
+            } else if constexpr (kMode == 1) {
+                const int n0 = rb * 16 + g;
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = 8 * ti + 2 * t + e;
+                        if (r < c_valid) {
+                            float* dst = p.acc + static_cast<long long>(e_tok[ti][e]) * p.acc_stride;
+                            const float wt = e_wt[ti][e];
+                            if (n0 < p.n_real) red_add_f32(dst + n0, wt * acc[h][ti][e]);
+                            if (n0 + 8 < p.n_real) red_add_f32(dst + n0 + 8, wt * acc[h][ti][2 + e]);
+                        }
+                    }
+                pend_rb[h] = rb;
+            } else {
+                const int n0 = rb * 16 + g;
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = 8 * ti + 2 * t + e;
+                        if (r < c_valid) {
+                            __nv_bfloat16* dst = p.out + static_cast<long long>(c_mb * kBM + r) * p.out_stride;
+                            const float wt = e_wt[ti][e];
+                            if (n0 < p.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
+                            if (n0 + 8 < p.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
+                        }
+                    }
+            }
+        }
+    }
+    if constexpr (kMode == 1) {
+        if (pend_check) finish_counters();
+        if (pend_rb[0] >= 0 || pend_rb[1] >= 0) {
+            bump_counters();
+            finish_counters();
+        }
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev
