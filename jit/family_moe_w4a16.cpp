@@ -125,15 +125,16 @@ const char* host_format_param(WeightFormat f) {
 
 }  // namespace
 
+// One stage: kRecs records, the token tile, a 32-byte header; per group two mbarriers per stage.
 int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs) {
     const int x_stride = 128 * recs + 16;
     const int meta = recs * record_bytes(f) + 8 * tiles * x_stride;
-    return round_up(meta + 16, 128);
+    return round_up(meta + 32, 128);
 }
 
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic) {
-    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(8 * stages, 128);
-    return static_cast<uint32_t>(4 * group + (dynamic ? 4 * 2 * 40 * 4 : 0));  // + the item slots
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
+    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(16 * stages, 128);
+    return static_cast<uint32_t>(4 * group);
 }
 
 // templates/device/moe_w4a16_prefill.cuh, PrefillSmem<kFormat, 8, recs>: 4 (one record per step) or 3 (two)
@@ -151,9 +152,9 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
     return s;
 }
 
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic) {
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
     int s = 8;
-    while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs, dynamic) > static_cast<uint32_t>(k_smem_limit)) --s;
+    while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs) > static_cast<uint32_t>(k_smem_limit)) --s;
     return s;
 }
 
@@ -245,16 +246,15 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     if (which == MoeW4A16Kernel::down) d.config.flags |= in.config.flags & k_flag_rows;
     const bool dynamic = (in.config.flags & k_flag_dynamic) != 0;
     if (dynamic) d.config.flags |= k_flag_dynamic;
-    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs, dynamic);
-    if (stages < 2 ||
-        moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs, dynamic) > static_cast<uint32_t>(k_smem_limit))
+    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs);
+    if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs) > static_cast<uint32_t>(k_smem_limit))
         throw InvalidArgument(fmt::format("moe_w4a16: {} stages of {} token tiles do not fit in shared memory", stages, tiles));
     d.config.block_m = static_cast<uint16_t>(8 * tiles);
     d.config.block_n = k_superblock_rows;
     d.config.block_k = static_cast<uint16_t>(64 * recs);
     d.config.stages = static_cast<uint8_t>(stages);
     d.config.ctas_per_sm = 1;
-    d.config.warps = 16;
+    d.config.warps = MoeW4A16Family::k_threads / 32;
     return d;
 }
 
@@ -267,8 +267,7 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::prefill_down:
             return moe_w4a16_prefill_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
         default:
-            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64,
-                                       (d.config.flags & k_flag_dynamic) != 0);
+            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
     }
 }
 

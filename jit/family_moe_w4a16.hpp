@@ -65,7 +65,7 @@ public:
     static constexpr uint32_t k_flag_rows = 1u << 6;     // down: bf16 rows for the combine kernel
     static constexpr uint32_t k_flag_kind_hi = 1u << 7;  // kind bit 2 (combine)
     static constexpr uint32_t k_flag_prefill = 1u << 8;  // gate_up / down: the prefill GEMM
-    static constexpr int k_threads = 512;
+    static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
     static constexpr int k_prefill_block_m = 64;
     static constexpr int k_superblock_rows = 128;
@@ -117,8 +117,8 @@ public:
 
 // Shared memory of the decode GEMMs, mirroring templates/device/moe_w4a16_decode.cuh.
 int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool dynamic = false);
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool dynamic = false);
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs);
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs);
 // Shared memory of the prefill GEMMs (block_m 64, `recs` 64-wide records per K step), mirroring
 // prefill_smem_bytes / prefill_default_stages of templates/device/moe_w4a16_prefill.cuh; the limit keeps
 // two CTAs per SM.
@@ -143,14 +143,13 @@ struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
     CUdeviceptr counters;
     // dynamic schedule
     CUdeviceptr work;       // int32 [2], zero between calls
-    CUdeviceptr split_acc;  // fp32 gate_up K-split partials, zero between calls
-    CUdeviceptr split_cnt;  // int32 [split_cap x 4], zero between calls
-    int32_t split_cap, k_chunk, split_max_items, order_window;
+    int32_t k_chunk;        // down combined: K chunk in records (0: whole K)
+    int32_t split_max_items, order_window;
 };
-static_assert(sizeof(MoeW4A16DecodeParams) == 184);
+static_assert(sizeof(MoeW4A16DecodeParams) == 168);
 static_assert(offsetof(MoeW4A16DecodeParams, work) == 144);
-static_assert(offsetof(MoeW4A16DecodeParams, split_cap) == 168);
-static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 180);
+static_assert(offsetof(MoeW4A16DecodeParams, k_chunk) == 152);
+static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 160);
 static_assert(offsetof(MoeW4A16DecodeParams, num_mblocks) == 48);
 static_assert(offsetof(MoeW4A16DecodeParams, inter) == 88);
 static_assert(offsetof(MoeW4A16DecodeParams, acc) == 104);

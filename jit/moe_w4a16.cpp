@@ -91,9 +91,9 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (tiles_ != 1 && tiles_ != 2 && tiles_ != 4)
         throw InvalidArgument(fmt::format("moe_w4a16: tiles={} must be 1, 2 or 4", tiles_));
 
-    if (opt.gate_up_k_chunk < -1 || opt.down_k_chunk < -1)
-        throw InvalidArgument(fmt::format("moe_w4a16: K chunks {} / {} (records; -1 = choose per call, 0 = whole K)",
-                                          opt.gate_up_k_chunk, opt.down_k_chunk));
+    if (opt.down_k_chunk < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: down K chunk {} (records; -1 = choose per call, 0 = whole K)",
+                                          opt.down_k_chunk));
     if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
     if (opt.prefill_min < -1)
         throw InvalidArgument(fmt::format("moe_w4a16: prefill_min={} (routed slots per expert; -1 = never)", opt.prefill_min));
@@ -155,11 +155,6 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         work_ = runtime::DeviceBuffer(4 * 4);  // claim + finished counters of gate_up, then of down
         runtime::fill_u32(work_.ptr(), 0, 4);
         split_max_ = 8 * 4 * sm_count_;
-        split_cap_ = moe::split_scratch_items(split_max_, bm);
-        split_acc_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 128 * bm * 4);
-        split_cnt_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 4 * 4);
-        runtime::fill_u32(split_acc_.ptr(), 0, split_acc_.size() / 4);
-        runtime::fill_u32(split_cnt_.ptr(), 0, split_cnt_.size() / 4);
     }
     if (rows_possible) {
         slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
@@ -197,7 +192,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     if (use_prefill_) {
         use_rows_ = true;
         gu_dyn_ = dn_dyn_ = false;
-        chunk_gu_ = chunk_dn_ = 0;
+        chunk_dn_ = 0;
         // The call's own capacity (the grids are sized by it), never more than the workspace holds.
         call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
         launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
@@ -209,13 +204,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
                slots < k_gate_up_dynamic_max_slots);
     dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
     const int groups = 4 * sm_count_, bm = 8 * tiles_;
-    chunk_gu_ = chunk_dn_ = 0;
-    if (gu_dyn_)
-        chunk_gu_ = opt_.gate_up_k_chunk >= 0
-                        ? opt_.gate_up_k_chunk
-                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, gu_.n_pad, gu_.k_pad,
-                                                      gu_.k_pad % 128 == 0 ? 2 : 1, groups)
-                              .k_chunk;
+    chunk_dn_ = 0;
     if (dn_dyn_ && !use_rows_)  // the rows mode never splits K
         chunk_dn_ = opt_.down_k_chunk >= 0
                         ? opt_.down_k_chunk
@@ -261,10 +250,7 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.inter = inter_.ptr();
     p.inter_stride = inter_pad_;
     p.work = work_.ptr();
-    p.split_acc = split_acc_.ptr();
-    p.split_cnt = split_cnt_.ptr();
-    p.split_cap = split_cap_;
-    p.k_chunk = chunk_gu_;
+    p.k_chunk = 0;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;
     if (use_prefill_) launch_moe_w4a16_prefill(*k_gate_up_pre_, p, call_cap_, stream);
@@ -292,9 +278,6 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.out_stride = use_rows_ ? dn_.n_pad : hidden_;
     p.counters = counters_.ptr();
     p.work = work_.ptr() ? work_.ptr() + 8 : 0;
-    p.split_acc = split_acc_.ptr();
-    p.split_cnt = split_cnt_.ptr();
-    p.split_cap = split_cap_;
     p.k_chunk = chunk_dn_;
     p.split_max_items = split_max_;
     p.order_window = opt_.order_window;

@@ -1,7 +1,8 @@
 // Host-side choices for the moe_w4a16 decode GEMMs' dynamic schedule (templates/device/
 // moe_w4a16_decode.cuh, kSched 1): how finely to cut K into work items so that every warp group gets
-// enough items to balance, and how much gate_up split-K scratch a workspace holds. Header-only and
-// free of kiln dependencies so the development harness computes exactly what the layer computes.
+// enough items to balance (only the down GEMM combining with fp32 atomics splits K; gate_up and the
+// rows path never do). Header-only and free of kiln dependencies so the development harness computes
+// exactly what the layer computes.
 //
 // The GEMMs read the real m-block count from device memory; these estimates only size the K chunks
 // (the kernel decides at run time whether to split at all: never above split_max_items items).
@@ -47,12 +48,6 @@ inline DecodeScheduleChoice choose_decode_schedule(int64_t tokens, int topk, int
     chunk = (chunk + recs - 1) / recs * recs;
     if (chunk < nq) c.k_chunk = chunk;
     return c;
-}
-
-// gate_up split-K scratch: items (m-block, super-block) a workspace holds, bounded by `max_bytes`.
-inline int split_scratch_items(int split_max_items, int block_m, int64_t max_bytes = int64_t(64) << 20) {
-    const int64_t per_item = int64_t(128) * block_m * 4;
-    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(split_max_items, max_bytes / per_item)));
 }
 
 }  // namespace kiln::jit::moe

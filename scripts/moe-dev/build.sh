@@ -13,12 +13,8 @@ srcs=("$root/scripts/moe-dev/moe_harness.cu" "$root/scripts/moe-dev/kernels_int4
       "$root/scripts/moe-dev/kernels_mxfp4.cu" "$root/scripts/moe-dev/kernels_mxfp4w.cu"
       "$root/scripts/moe-dev/kernels_prefill_int4.cu" "$root/scripts/moe-dev/kernels_prefill_mxfp4.cu"
       "$root/jit/moe_w4a16_weights.cpp")
-# The warp-specialised decode kernels: one object per (format, schedule).
-for f in 0 1 2; do for sc in 2 3; do srcs+=("$root/scripts/moe-dev/kernels_ws.cu:$f:$sc"); done; done
-printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} bash -c \
-  'spec={}; f=${spec%%:*}; rest=${spec#"$f"}; b=$(basename "$f")${rest//:/_}; d=""
-   [ -n "$rest" ] && d="-DWS_FORMAT=$(echo "$rest" | cut -d: -f2) -DWS_SCHED=$(echo "$rest" | cut -d: -f3)"
-   "$0" "$@" $d -c "$f" -o "'"$out"'/obj/$b.o" 2> "'"$out"'/obj/$b.log" || { cat "'"$out"'/obj/$b.log" >&2; exit 255; }' \
+printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
+  'f={}; b=$(basename "$f"); "$0" "$@" -c "$f" -o "'"$out"'/obj/$b.o" 2> "'"$out"'/obj/$b.log" || { cat "'"$out"'/obj/$b.log" >&2; exit 255; }' \
   "$nvcc" "${flags[@]}"
 cat "$out"/obj/*.log > "$out/ptxas.log"
 "$nvcc" -gencode=arch=compute_90a,code=sm_90a -o "$out/moe_harness" "$out"/obj/*.o -Xcompiler -static-libstdc++,-static-libgcc

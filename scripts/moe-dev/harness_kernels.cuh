@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include "moe_w4a16_decode.cuh"
-#include "moe_w4a16_decode_ws.cuh"
 #include "moe_w4a16_dequant.cuh"
 #include "moe_w4a16_prefill.cuh"
 #include "moe_w4a16_routing.cuh"
@@ -33,25 +32,18 @@ struct DecodeKernel {
     DecodeFn fn = nullptr;
     int smem = 0;
     int stages = 0;
-    int threads = kDecodeThreads;
 };
 
-template <int F, int T, int R, int Sched>
+template <int F, int T, int R>
 constexpr int stages_for() {
-    return decode_default_stages<F, T, R, Sched>();
+    return decode_default_stages<F, T, R>();
 }
 
 #ifdef HARNESS_KERNEL_DEFS
 template <int F, bool W, int Mode, int Act, bool Mask, int T, int R, int Sched>
 DecodeKernel make_decode() {
-    if constexpr (Sched >= 2) {  // warp-specialised pipeline (moe_w4a16_decode_ws.cuh)
-        constexpr int S = decode_ws_default_stages<F, T, R>();
-        return {&moe_w4a16_decode_ws<F, W, Mode, Act, Mask, T, S, R, Sched - 2>, decode_ws_smem_bytes<F, T, R>(S), S,
-                kDecodeWsThreads};
-    } else {
-        constexpr int S = stages_for<F, T, R, Sched>();
-        return {&moe_w4a16_decode<F, W, Mode, Act, Mask, T, S, R, Sched>, decode_smem_bytes<F, T, S, R, Sched>(), S};
-    }
+    constexpr int S = stages_for<F, T, R>();
+    return {&moe_w4a16_decode<F, W, Mode, Act, Mask, T, S, R, Sched>, decode_smem_bytes<F, T, R>(S), S};
 }
 
 template <int F, bool W, int Mode, int Act, bool Mask, int R, int Sched>
@@ -84,30 +76,14 @@ template <int F, bool W>
 DecodeKernel sel_fw(int sched, int mode, int act, bool mask, int recs, int tiles) {
     return sched == 1 ? sel_mode<F, W, 1>(mode, act, mask, recs, tiles) : sel_mode<F, W, 0>(mode, act, mask, recs, tiles);
 }
-
 #endif
 
-// mode: 0 gate_up, 1 down combined (atomics), 2 down rows; sched: 0 static, 1 dynamic, 2 / 3 the same
-// schedules on the warp-specialised pipeline.
+// mode: 0 gate_up, 1 down combined (atomics), 2 down rows; sched: 0 static, 1 dynamic.
 DecodeKernel select_decode_int4(int sched, int mode, int act, bool mask, int recs, int tiles);
 DecodeKernel select_decode_mxfp4(int sched, int mode, int act, bool mask, int recs, int tiles);
 DecodeKernel select_decode_mxfp4_wide(int sched, int mode, int act, bool mask, int recs, int tiles);
-// kernels_ws.cu, one translation unit per (format 0 INT4 / 1 MXFP4 / 2 MXFP4 wide, schedule 2 / 3).
-#define HARNESS_WS_DECL(f, sc) DecodeKernel select_decode_ws_##f##_##sc(int mode, int act, bool mask, int recs, int tiles);
-HARNESS_WS_DECL(0, 2) HARNESS_WS_DECL(1, 2) HARNESS_WS_DECL(2, 2) HARNESS_WS_DECL(0, 3) HARNESS_WS_DECL(1, 3) HARNESS_WS_DECL(2, 3)
 
 inline DecodeKernel select_decode(int format, bool wide, int sched, int mode, int act, bool mask, int recs, int tiles) {
-    if (sched >= 2) {
-        const int f = format == kFormatInt4 ? 0 : wide ? 2 : 1;
-        if (sched == 2) {
-            if (f == 0) return select_decode_ws_0_2(mode, act, mask, recs, tiles);
-            if (f == 1) return select_decode_ws_1_2(mode, act, mask, recs, tiles);
-            return select_decode_ws_2_2(mode, act, mask, recs, tiles);
-        }
-        if (f == 0) return select_decode_ws_0_3(mode, act, mask, recs, tiles);
-        if (f == 1) return select_decode_ws_1_3(mode, act, mask, recs, tiles);
-        return select_decode_ws_2_3(mode, act, mask, recs, tiles);
-    }
     if (format == kFormatInt4) return select_decode_int4(sched, mode, act, mask, recs, tiles);
     if (wide) return select_decode_mxfp4_wide(sched, mode, act, mask, recs, tiles);
     return select_decode_mxfp4(sched, mode, act, mask, recs, tiles);

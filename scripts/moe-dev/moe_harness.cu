@@ -283,10 +283,9 @@ struct Workspace {
     int H = 0, I_pad = 0, n_pad_down = 0, n_pad_gu = 0;
     int mblock_cap = 0;  // m-blocks of bm rows (the decode block_m)
     size_t row_cap = 0;  // sorted rows allocated: enough for any block_m up to kMaxBlockM
-    int split_cap = 0;  // gate_up split-K scratch items
     int32_t *ids = nullptr, *counts = nullptr, *nmb = nullptr, *sorted_token = nullptr, *counters = nullptr;
-    int32_t *work = nullptr, *split_cnt = nullptr, *slot_pos = nullptr;
-    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr, *split_acc = nullptr;
+    int32_t *work = nullptr, *slot_pos = nullptr;
+    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr;
     int2* mblock_info = nullptr;
     uint16_t *x = nullptr, *inter = nullptr, *out = nullptr, *rows = nullptr;
 };
@@ -327,14 +326,9 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     CK(cudaMalloc(&w.x, std::max<size_t>(1, size_t(M)) * H * 2));
     CK(cudaMalloc(&w.inter, rows * w.I_pad * 2));
     CK(cudaMalloc(&w.out, std::max<size_t>(1, size_t(M)) * H * 2));
-    // dynamic schedule: claim counters (gate_up [0, 1], down [2, 3]) and the gate_up split-K scratch
+    // dynamic schedule: claim counters (gate_up [0, 1], down [2, 3])
     CK(cudaMalloc(&w.work, 4 * 4));
     CK(cudaMemset(w.work, 0, 4 * 4));
-    w.split_cap = kiln::jit::moe::split_scratch_items(1 << 30, w.bm);
-    CK(cudaMalloc(&w.split_acc, size_t(w.split_cap) * 128 * w.bm * 4));
-    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
-    CK(cudaMalloc(&w.split_cnt, size_t(w.split_cap) * 4 * 4));
-    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
     // rows mode of down: one bf16 row per sorted position, and each slot's position
     CK(cudaMalloc(&w.slot_pos, std::max<size_t>(1, slots) * 4));
     CK(cudaMalloc(&w.rows, rows * w.n_pad_down * 2));
@@ -345,7 +339,7 @@ void free_workspace(Workspace& w) {
     cudaFree(w.ids); cudaFree(w.wts); cudaFree(w.counts); cudaFree(w.nmb); cudaFree(w.mblock_info);
     cudaFree(w.sorted_token); cudaFree(w.sorted_weight); cudaFree(w.counters); cudaFree(w.acc);
     cudaFree(w.x); cudaFree(w.inter); cudaFree(w.out);
-    cudaFree(w.work); cudaFree(w.split_acc); cudaFree(w.split_cnt); cudaFree(w.slot_pos); cudaFree(w.rows);
+    cudaFree(w.work); cudaFree(w.slot_pos); cudaFree(w.rows);
     w = Workspace{};
 }
 
@@ -353,8 +347,6 @@ void free_workspace(Workspace& w) {
 // failure cannot be blamed on the next.
 void reset_call_state(Workspace& w) {
     CK(cudaMemset(w.work, 0, 4 * 4));
-    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
-    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
     CK(cudaMemset(w.counters, 0, (w.n_pad_down / 16) * 4));
     CK(cudaMemset(w.acc, 0, std::max<size_t>(1, size_t(w.M)) * w.n_pad_down * 4));
 }
@@ -378,21 +370,9 @@ struct Variant {
     int prefill = 0;      // prefill GEMM for both: block_m 64 or 128; -1 chosen from rows per active expert
     int prefill_rb = 2;   // prefill GEMM: 16-row blocks per warp (1: each weight word dequantised once per CTA)
     int prefill_recs = 1; // prefill GEMM: records per K step (2 applies where k_pad % 128 == 0)
-    bool ws = false;      // decode GEMMs on the warp-specialised pipeline (moe_w4a16_decode_ws.cuh)
 };
 
 bool variant_by_name(const std::string& n, Variant& v) {
-    if (n.size() > 1 && n[0] == 'w' && n != "wauto") {  // w3, w4, w5, w5r: v3, v4, ... on the warp-specialised pipeline
-        if (!variant_by_name("v" + n.substr(1), v)) return false;
-        v.name = n;
-        v.ws = true;
-        return true;
-    }
-    if (n == "wauto") {
-        v = Variant{n};
-        v.automatic = v.ws = true;
-        return true;
-    }
     v = Variant{n};
     if (n == "v3") return true;
     if (n == "auto") return v.automatic = true;
@@ -528,10 +508,6 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     }
     const bool mask = gu.meta.k % 64 != 0;
     const int recs_gu = gu.meta.k_pad % 128 == 0 ? 2 : 1, recs_dn = dn.meta.k_pad % 128 == 0 ? 2 : 1;
-    if (var.ws) {
-        gu_sched += 2;
-        dn_sched += 2;
-    }
     l.gate_up = harness::select_decode(fmt_code(gu.meta.format), gu.meta.wide_scales, gu_sched, 0, act, mask, recs_gu, tiles);
     l.down = harness::select_decode(fmt_code(dn.meta.format), dn.meta.wide_scales, dn_sched, l.var.rows ? 2 : 1, act,
                                     false, recs_dn, tiles);
@@ -584,9 +560,6 @@ void launch_routing(const Launch& l, Workspace& w, cudaStream_t s) {
 
 void set_schedule(const Launch& l, Workspace& w, kiln_dev::moe::DecodeParams& p, bool down) {
     p.work = w.work + (down ? 2 : 0);
-    p.split_acc = w.split_acc;
-    p.split_cnt = w.split_cnt;
-    p.split_cap = w.split_cap;
     p.k_chunk = down ? l.chunk_dn : l.chunk_gu;
     p.split_max_items = l.split_max;
     p.order_window = l.var.window;
@@ -614,7 +587,7 @@ void launch_gate_up(const Launch& l, Workspace& w, const DevWeights& gu, int cop
         if (l.mblock_cap > 0)
             l.gate_up.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.gate_up.smem, s>>>(p);
     } else {
-        l.gate_up.fn<<<g_num_sms, l.gate_up.threads, l.gate_up.smem, s>>>(p);
+        l.gate_up.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.gate_up.smem, s>>>(p);
     }
     CK(cudaGetLastError());
 }
@@ -650,7 +623,7 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
         if (l.mblock_cap > 0)
             l.down.fn<<<l.mblock_cap * (p.n_pad / 128), kiln_dev::moe::kPrefillThreads, l.down.smem, s>>>(p);
     } else {
-        l.down.fn<<<g_num_sms, l.down.threads, l.down.smem, s>>>(p);
+        l.down.fn<<<g_num_sms, kiln_dev::moe::kDecodeThreads, l.down.smem, s>>>(p);
     }
     CK(cudaGetLastError());
     if (l.var.rows && w.M > 0) {
@@ -1352,7 +1325,7 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
             if (probe_math && sc.tiles == 1 && sc.fmt == W4Format::int4_g32_bf16 && !var.rows && !var.automatic) {
                 // the gate_up pipeline alone (same bytes, no dequantisation / MMA)
                 Launch lp = l;
-                lp.gate_up = harness::select_decode_skip_math(var.sched + (var.ws ? 2 : 0));
+                lp.gate_up = harness::select_decode_skip_math(var.sched);
                 CK(cudaFuncSetAttribute(lp.gate_up.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lp.gate_up.smem));
                 cudaEvent_t e0, e1;
                 CK(cudaEventCreate(&e0));

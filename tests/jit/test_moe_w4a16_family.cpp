@@ -59,12 +59,11 @@ std::string prefill_smem_checks(const KernelDescriptor& d) {
 std::string decode_smem_checks(const KernelDescriptor& d) {
     const std::string f = dev_format(d.weight_format);
     const int tiles = d.config.block_m / 8, recs = d.config.block_k / 64;
-    const bool dyn = (d.config.flags & MoeW4A16Family::k_flag_dynamic) != 0;
-    const std::string args = f + ", " + std::to_string(tiles) + ", " + std::to_string(recs) + ", " + (dyn ? "1" : "0");
-    return "\nstatic_assert(kiln_dev::moe::decode_smem_bytes_n<" + args + ">(" + std::to_string(d.config.stages) +
+    const std::string args = f + ", " + std::to_string(tiles) + ", " + std::to_string(recs);
+    return "\nstatic_assert(kiln_dev::moe::decode_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) +
            ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family decode smem\");\n" +
            "static_assert(kiln_dev::moe::decode_default_stages<" + args + ">() == " +
-           std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs, dyn)) +
+           std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs)) +
            ", \"family decode stages\");\n";
 }
 
@@ -166,7 +165,6 @@ TEST_CASE("moe_w4a16: schedule choices") {
     CHECK((k3.k_chunk == 0 || k3.k_chunk >= 8));
     const auto odd = moe::choose_decode_schedule(1, 2, 4, 8, 128, 192, 1, 528);
     CHECK(odd.k_chunk == 0);  // three records: nothing to split at a minimum of eight
-    CHECK(moe::split_scratch_items(1 << 30, 32) == (64 << 20) / (128 * 32 * 4));
 }
 
 TEST_CASE("moe_w4a16: bad descriptors and prefill-packed weights are refused") {
