@@ -143,13 +143,14 @@ struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
     CUdeviceptr counters;
     // dynamic schedule
     CUdeviceptr work;       // int32 [2], zero between calls
-    int32_t k_chunk;        // down combined: K chunk in records (0: whole K)
-    int32_t split_max_items, order_window;
+    CUdeviceptr split_acc;  // fp32 gate_up K-split partials, zero between calls
+    CUdeviceptr split_cnt;  // int32 [split_cap x 4], zero between calls
+    int32_t split_cap, k_chunk, split_max_items, order_window;
 };
-static_assert(sizeof(MoeW4A16DecodeParams) == 168);
+static_assert(sizeof(MoeW4A16DecodeParams) == 184);
 static_assert(offsetof(MoeW4A16DecodeParams, work) == 144);
-static_assert(offsetof(MoeW4A16DecodeParams, k_chunk) == 152);
-static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 160);
+static_assert(offsetof(MoeW4A16DecodeParams, split_cap) == 168);
+static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 180);
 static_assert(offsetof(MoeW4A16DecodeParams, num_mblocks) == 48);
 static_assert(offsetof(MoeW4A16DecodeParams, inter) == 88);
 static_assert(offsetof(MoeW4A16DecodeParams, acc) == 104);

@@ -17,9 +17,11 @@ using runtime::Location;
 using runtime::TensorView;
 
 namespace {
-// Automatic gate_up schedule: dynamic for INT4 weights below this many routed slots (M x top-k), static
-// otherwise and for MXFP4 (H200 measurements, docs/perf-notes.md §8).
-constexpr int64_t k_gate_up_dynamic_max_slots = 4096;
+// Automatic gate_up schedule: dynamic below this many routed slots (M x top-k), static from there on
+// (H200 measurements, docs/perf-notes.md §8 and §10: for MXFP4 the static shares win at every size,
+// also against the dynamic schedule with K split at batch 1 and 8).
+constexpr int64_t k_gate_up_dynamic_max_slots_int4 = 4096;
+constexpr int64_t k_gate_up_dynamic_max_slots_mxfp4 = 0;
 
 // m-blocks the routing may emit for `slots` routed slots in blocks of `block_m` rows (at most one
 // partly filled block per expert).
@@ -91,9 +93,9 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (tiles_ != 1 && tiles_ != 2 && tiles_ != 4)
         throw InvalidArgument(fmt::format("moe_w4a16: tiles={} must be 1, 2 or 4", tiles_));
 
-    if (opt.down_k_chunk < -1)
-        throw InvalidArgument(fmt::format("moe_w4a16: down K chunk {} (records; -1 = choose per call, 0 = whole K)",
-                                          opt.down_k_chunk));
+    if (opt.gate_up_k_chunk < -1 || opt.down_k_chunk < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: K chunks {} / {} (records; -1 = automatic, 0 = whole K)",
+                                          opt.gate_up_k_chunk, opt.down_k_chunk));
     if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
     if (opt.prefill_min < -1)
         throw InvalidArgument(fmt::format("moe_w4a16: prefill_min={} (routed slots per expert; -1 = never)", opt.prefill_min));
@@ -104,10 +106,10 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     // Which kernels a call can use (see launch_routing for the per-call choice).
     const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
     const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
-    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic || (gu_pick == MoeW4A16SchedulePick::automatic && int4);
+    gu_dyn_max_slots_ = int4 ? k_gate_up_dynamic_max_slots_int4 : k_gate_up_dynamic_max_slots_mxfp4;
+    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic || gu_pick == MoeW4A16SchedulePick::automatic;
     const bool gu_static_possible = gu_pick == MoeW4A16SchedulePick::static_shares ||
-                                    (gu_pick == MoeW4A16SchedulePick::automatic &&
-                                     (!int4 || max_slots >= k_gate_up_dynamic_max_slots));
+                                    (gu_pick == MoeW4A16SchedulePick::automatic && max_slots >= gu_dyn_max_slots_);
     const bool dn_dyn = dn_pick != MoeW4A16SchedulePick::static_shares;
     const MoeW4A16Schedule dn_sched = dn_dyn ? MoeW4A16Schedule::dynamic : MoeW4A16Schedule::static_shares;
 
@@ -154,7 +156,11 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (k_gate_up_dyn_ || dn_dyn) {
         work_ = runtime::DeviceBuffer(4 * 4);  // claim + finished counters of gate_up, then of down
         runtime::fill_u32(work_.ptr(), 0, 4);
-        split_max_ = 8 * 4 * sm_count_;
+        split_cap_ = moe::split_scratch_items(moe::k_gate_up_items_per_group * 4 * sm_count_, bm);
+        split_acc_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 128 * bm * 4);
+        split_cnt_ = runtime::DeviceBuffer(static_cast<size_t>(split_cap_) * 4 * 4);
+        runtime::fill_u32(split_acc_.ptr(), 0, split_acc_.size() / 4);
+        runtime::fill_u32(split_cnt_.ptr(), 0, split_cnt_.size() / 4);
     }
     if (rows_possible) {
         slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
@@ -192,7 +198,6 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     if (use_prefill_) {
         use_rows_ = true;
         gu_dyn_ = dn_dyn_ = false;
-        chunk_dn_ = 0;
         // The call's own capacity (the grids are sized by it), never more than the workspace holds.
         call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
         launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
@@ -201,16 +206,8 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
     gu_dyn_ = k_gate_up_dyn_ != nullptr &&
               (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
-               slots < k_gate_up_dynamic_max_slots);
+               slots < gu_dyn_max_slots_);
     dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
-    const int groups = 4 * sm_count_, bm = 8 * tiles_;
-    chunk_dn_ = 0;
-    if (dn_dyn_ && !use_rows_)  // the rows mode never splits K
-        chunk_dn_ = opt_.down_k_chunk >= 0
-                        ? opt_.down_k_chunk
-                        : moe::choose_decode_schedule(tokens_, opt_.topk, experts_, bm, dn_.n_pad, dn_.k_pad,
-                                                      dn_.k_pad % 128 == 0 ? 2 : 1, groups)
-                              .k_chunk;
     launch_routing_kernel(*k_routing_, topk_ids, topk_weights, mblock_cap_, stream);
 }
 
@@ -250,8 +247,12 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.inter = inter_.ptr();
     p.inter_stride = inter_pad_;
     p.work = work_.ptr();
-    p.k_chunk = 0;
-    p.split_max_items = split_max_;
+    p.split_acc = split_acc_.ptr();
+    p.split_cnt = split_cnt_.ptr();
+    p.split_cap = split_cap_;
+    const auto split = moe::decode_split(opt_.gate_up_k_chunk, 4 * sm_count_, moe::k_gate_up_items_per_group);
+    p.k_chunk = split.k_chunk;
+    p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
     if (use_prefill_) launch_moe_w4a16_prefill(*k_gate_up_pre_, p, call_cap_, stream);
     else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
@@ -278,8 +279,9 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.out_stride = use_rows_ ? dn_.n_pad : hidden_;
     p.counters = counters_.ptr();
     p.work = work_.ptr() ? work_.ptr() + 8 : 0;
-    p.k_chunk = chunk_dn_;
-    p.split_max_items = split_max_;
+    const auto split = moe::decode_split(opt_.down_k_chunk, 4 * sm_count_, moe::k_down_items_per_group);
+    p.k_chunk = split.k_chunk;
+    p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
     if (use_prefill_) launch_moe_w4a16_prefill(*k_down_pre_, p, call_cap_, stream);
     else launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);

@@ -53,8 +53,9 @@ struct MoeW4A16Options {
     int tiles = 0;       // token tiles of 8 per m-block (1, 2, 4); 0 = choose_tiles(max_tokens, ...)
     MoeW4A16SchedulePick gate_up_schedule = MoeW4A16SchedulePick::automatic;
     MoeW4A16SchedulePick down_schedule = MoeW4A16SchedulePick::automatic;
-    // dynamic schedule, down combined with fp32 atomics (below rows_combine_min): 64-wide records per
-    // work item along K; -1 chosen per call, 0 whole K. gate_up and the rows path always take whole K.
+    // dynamic schedule: 64-wide records per work item along K; -1 automatic (the kernel splits a call
+    // whose whole-K items are too few for the warp groups), 0 whole K. The rows path never splits.
+    int gate_up_k_chunk = 0;  // measured: splitting gate_up helps the dynamic schedule but loses to static shares
     int down_k_chunk = -1;
     int order_window = 1;            // dynamic schedule: claim order, m-blocks per window (1: each matrix in order)
     int64_t rows_combine_min = 256;  // routed slots (M x topk) from which down writes rows + combine; -1 never
@@ -82,7 +83,7 @@ public:
                  const runtime::TensorView& out, CUstream stream);
 
     // The launches separately (benchmarks time them one by one); forward() is these in order. The
-    // routing launch fixes M for the call in flight (and with it the down path and its K chunks);
+    // routing launch fixes M for the call in flight (and with it the schedules and the down path);
     // launch_down includes the combine launch when the call uses the rows path.
     void launch_routing(const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights, CUstream stream);
     void launch_gate_up(CUdeviceptr gate_up, const runtime::TensorView& x, CUstream stream);
@@ -125,7 +126,8 @@ private:
     bool use_prefill_ = false;  // the call in flight runs the prefill configuration
     bool use_rows_ = false;  // the call in flight combines with the rows path
     bool gu_dyn_ = false, dn_dyn_ = false;  // ... and runs these GEMMs with the dynamic schedule
-    int chunk_dn_ = 0, split_max_ = 0;
+    int split_cap_ = 0;  // gate_up split-K scratch items
+    int64_t gu_dyn_max_slots_ = 0;  // automatic gate_up schedule: dynamic below this many routed slots
     const LoadedKernel* k_routing_ = nullptr;
     const LoadedKernel* k_gate_up_ = nullptr;      // static schedule (null when never used)
     const LoadedKernel* k_gate_up_dyn_ = nullptr;  // dynamic schedule (null when never used)
@@ -137,7 +139,7 @@ private:
     const LoadedKernel* k_gate_up_pre_ = nullptr;
     const LoadedKernel* k_down_pre_ = nullptr;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
-    runtime::DeviceBuffer work_, slot_pos_, rows_;
+    runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_;
 };
 
 }  // namespace kiln::jit

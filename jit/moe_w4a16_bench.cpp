@@ -371,8 +371,12 @@ void add_moe_bench(CLI::App& bench) {
     cmd->add_option("--down-schedule", (*schedules)[1], "down work distribution: auto, static or dynamic")
         ->envname("KILN_BENCH_MOE_DOWN_SCHEDULE")
         ->check(CLI::IsMember({"auto", "static", "dynamic"}));
+    cmd->add_option("--gate-up-k-chunk", opts->layer.gate_up_k_chunk,
+                    "dynamic gate_up: 64-wide records per work item along K (-1 automatic, 0 whole K)")
+        ->envname("KILN_BENCH_MOE_GATE_UP_K_CHUNK")
+        ->check(CLI::Range(-1, 1 << 20));
     cmd->add_option("--down-k-chunk", opts->layer.down_k_chunk,
-                    "dynamic down with atomics: 64-wide records per work item along K (-1 chosen per call, 0 whole K)")
+                    "dynamic down with atomics: 64-wide records per work item along K (-1 automatic, 0 whole K)")
         ->envname("KILN_BENCH_MOE_DOWN_K_CHUNK")
         ->check(CLI::Range(-1, 1 << 20));
     cmd->add_option("--order-window", opts->layer.order_window,

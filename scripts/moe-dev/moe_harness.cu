@@ -283,9 +283,10 @@ struct Workspace {
     int H = 0, I_pad = 0, n_pad_down = 0, n_pad_gu = 0;
     int mblock_cap = 0;  // m-blocks of bm rows (the decode block_m)
     size_t row_cap = 0;  // sorted rows allocated: enough for any block_m up to kMaxBlockM
+    int split_cap = 0;  // gate_up split-K scratch items
     int32_t *ids = nullptr, *counts = nullptr, *nmb = nullptr, *sorted_token = nullptr, *counters = nullptr;
-    int32_t *work = nullptr, *slot_pos = nullptr;
-    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr;
+    int32_t *work = nullptr, *split_cnt = nullptr, *slot_pos = nullptr;
+    float *wts = nullptr, *sorted_weight = nullptr, *acc = nullptr, *split_acc = nullptr;
     int2* mblock_info = nullptr;
     uint16_t *x = nullptr, *inter = nullptr, *out = nullptr, *rows = nullptr;
 };
@@ -326,9 +327,14 @@ Workspace make_workspace(int M, int topk, int E, int tiles, int H, const DevWeig
     CK(cudaMalloc(&w.x, std::max<size_t>(1, size_t(M)) * H * 2));
     CK(cudaMalloc(&w.inter, rows * w.I_pad * 2));
     CK(cudaMalloc(&w.out, std::max<size_t>(1, size_t(M)) * H * 2));
-    // dynamic schedule: claim counters (gate_up [0, 1], down [2, 3])
+    // dynamic schedule: claim counters (gate_up [0, 1], down [2, 3]) and the gate_up split-K scratch
     CK(cudaMalloc(&w.work, 4 * 4));
     CK(cudaMemset(w.work, 0, 4 * 4));
+    w.split_cap = kiln::jit::moe::split_scratch_items(1 << 30, w.bm);
+    CK(cudaMalloc(&w.split_acc, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMalloc(&w.split_cnt, size_t(w.split_cap) * 4 * 4));
+    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
     // rows mode of down: one bf16 row per sorted position, and each slot's position
     CK(cudaMalloc(&w.slot_pos, std::max<size_t>(1, slots) * 4));
     CK(cudaMalloc(&w.rows, rows * w.n_pad_down * 2));
@@ -339,7 +345,7 @@ void free_workspace(Workspace& w) {
     cudaFree(w.ids); cudaFree(w.wts); cudaFree(w.counts); cudaFree(w.nmb); cudaFree(w.mblock_info);
     cudaFree(w.sorted_token); cudaFree(w.sorted_weight); cudaFree(w.counters); cudaFree(w.acc);
     cudaFree(w.x); cudaFree(w.inter); cudaFree(w.out);
-    cudaFree(w.work); cudaFree(w.slot_pos); cudaFree(w.rows);
+    cudaFree(w.work); cudaFree(w.split_acc); cudaFree(w.split_cnt); cudaFree(w.slot_pos); cudaFree(w.rows);
     w = Workspace{};
 }
 
@@ -347,6 +353,8 @@ void free_workspace(Workspace& w) {
 // failure cannot be blamed on the next.
 void reset_call_state(Workspace& w) {
     CK(cudaMemset(w.work, 0, 4 * 4));
+    CK(cudaMemset(w.split_acc, 0, size_t(w.split_cap) * 128 * w.bm * 4));
+    CK(cudaMemset(w.split_cnt, 0, size_t(w.split_cap) * 4 * 4));
     CK(cudaMemset(w.counters, 0, (w.n_pad_down / 16) * 4));
     CK(cudaMemset(w.acc, 0, std::max<size_t>(1, size_t(w.M)) * w.n_pad_down * 4));
 }
@@ -363,7 +371,7 @@ int fmt_code(W4Format f) { return f == W4Format::int4_g32_bf16 ? kiln_dev::moe::
 struct Variant {
     std::string name;
     int sched = 0;        // 0 static shares (v3), 1 dynamic claiming
-    int chunk = 0;        // dynamic: 0 whole K, -1 choose_decode_schedule, -2 one pipeline stage per item
+    int chunk = 0;        // dynamic: 0 whole K, -1 automatic (decode_split), -2 one pipeline stage per item
     int window = 1;       // dynamic claim order: m-blocks per window
     bool rows = false;    // down writes bf16 rows, moe_w4a16_combine sums them (no fp32 atomics)
     bool automatic = false;  // the kiln layer's automatic choices per call (jit/moe_w4a16.cpp)
@@ -421,7 +429,7 @@ struct Launch {
     DecodeKernel gate_up, down;
     harness::RoutingFn routing = nullptr;
     harness::CombineFn combine = nullptr;
-    int chunk_gu = 0, chunk_dn = 0, split_max = 0;
+    kiln::jit::moe::DecodeSplitRequest split_gu, split_dn;  // DecodeParams k_chunk / split_max_items
     int bm = 8;           // block_m of routing and both GEMMs
     int mblock_cap = 0;   // m-blocks the routing may emit (prefill grids are sized by it)
     bool prefill = false; // both GEMMs are the prefill kernel
@@ -521,21 +529,17 @@ Launch prepare_launch(const DevWeights& gu, const DevWeights& dn, int act, int t
     CK(cudaFuncSetAttribute(l.down.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.down.smem));
     CK(cudaFuncSetAttribute(l.routing, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 4 * 4096));
     const int groups = 4 * g_num_sms;
-    const auto sg = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, gu.meta.n_pad, gu.meta.k_pad, recs_gu, groups);
-    const auto sd = kiln::jit::moe::choose_decode_schedule(M, topk, E, 8 * tiles, dn.meta.n_pad, dn.meta.k_pad, recs_dn, groups);
-    l.split_max = sg.split_max_items;
-    if (var.automatic) {
-        l.chunk_gu = 0;  // whole K (split gate_up measured slower, perf notes §8)
-        l.chunk_dn = l.var.rows ? 0 : sd.k_chunk;
-    } else if (var.chunk == -1) {
-        l.chunk_gu = sg.k_chunk;
-        l.chunk_dn = sd.k_chunk;
+    using kiln::jit::moe::decode_split;
+    const int gu_ipg = kiln::jit::moe::k_gate_up_items_per_group, dn_ipg = kiln::jit::moe::k_down_items_per_group;
+    if (l.var.chunk == -1) {  // automatic (auto: down only, as the layer); the rows path never splits
+        l.split_gu = decode_split(var.automatic ? 0 : -1, groups, gu_ipg);
+        l.split_dn = l.var.rows ? decode_split(0, groups, dn_ipg) : decode_split(-1, groups, dn_ipg);
     } else if (var.chunk == -2) {
-        l.chunk_gu = recs_gu;
-        l.chunk_dn = recs_dn;
-        l.split_max = 1 << 30;
+        l.split_gu = decode_split(recs_gu, groups, gu_ipg);
+        l.split_dn = decode_split(recs_dn, groups, dn_ipg);
     } else {
-        l.chunk_gu = l.chunk_dn = var.chunk;
+        l.split_gu = decode_split(var.chunk, groups, gu_ipg);
+        l.split_dn = decode_split(var.chunk, groups, dn_ipg);
     }
     return l;
 }
@@ -560,8 +564,12 @@ void launch_routing(const Launch& l, Workspace& w, cudaStream_t s) {
 
 void set_schedule(const Launch& l, Workspace& w, kiln_dev::moe::DecodeParams& p, bool down) {
     p.work = w.work + (down ? 2 : 0);
-    p.k_chunk = down ? l.chunk_dn : l.chunk_gu;
-    p.split_max_items = l.split_max;
+    p.split_acc = w.split_acc;
+    p.split_cnt = w.split_cnt;
+    p.split_cap = w.split_cap;
+    const auto& split = down ? l.split_dn : l.split_gu;
+    p.k_chunk = split.k_chunk;
+    p.split_max_items = split.split_max_items;
     p.order_window = l.var.window;
 }
 
@@ -1354,7 +1362,7 @@ void bench(const std::string& routing_dir, const std::string& json_path, const s
                           "down %8.1f) | %8.1f MB %5.2f TB/s %5.1f%% of 4.8 floor(%7.1f us) | %6.1f TFLOP/s | chunk %d/%d | block_m %d%s",
                           sc.name.c_str(), var.name.c_str(), r.M, rows, active, active ? double(rows) / active : 0.0, maxrows,
                           us, median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us,
-                          floor_us, flops / us / 1e6, l.chunk_gu, l.chunk_dn, l.bm, l.prefill ? " prefill" : "");
+                          floor_us, flops / us / 1e6, l.split_gu.k_chunk, l.split_dn.k_chunk, l.bm, l.prefill ? " prefill" : "");
             std::printf("%s\n", line);
             std::fflush(stdout);
             char js[900];

@@ -160,6 +160,22 @@ __device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
+// a * (the low / high half of s in both halves): the half selection folds into the multiply's operand
+// (HMUL2 ... R.H0_H0 / R.H1_H1), so scales need no duplicating instruction.
+__device__ __forceinline__ u32 bf16x2_mul_lo(u32 a, u32 s) {
+    u32 d;
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {l, l};\nmul.rn.bf16x2 %0, %1, t;\n}\n"
+        : "=r"(d)
+        : "r"(a), "r"(s));
+    return d;
+}
+__device__ __forceinline__ u32 bf16x2_mul_hi(u32 a, u32 s) {
+    u32 d;
+    asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {h, h};\nmul.rn.bf16x2 %0, %1, t;\n}\n"
+        : "=r"(d)
+        : "r"(a), "r"(s));
+    return d;
+}
 
 __device__ __forceinline__ void red_add_f32(float* p, float v) {
     asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
@@ -184,15 +200,15 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 
 // ---- scales -----------------------------------------------------------------------------------------
 
-// INT4: bf16 scale in the low / high half of w, duplicated into both halves.
-__device__ __forceinline__ u32 dup_lo(u32 w) { return __byte_perm(w, 0, 0x1010); }
-__device__ __forceinline__ u32 dup_hi(u32 w) { return __byte_perm(w, 0, 0x3232); }
+// Scale words below follow one contract: the multiplier of row g sits in the LOW half of its word, the
+// multiplier of row g + 8 in the HIGH half of its word (the other halves are not read).
 
-// MXFP4: byte i of w (an E8M0 exponent s) as the bf16x2 multiplier 2^(s-1), both halves (s <= 128).
+// MXFP4: bytes I and I + 1 of w (E8M0 exponents s) as the bf16 multipliers 2^(s-1) in the low and high
+// half (s <= 128).
 template <int I>
-__device__ __forceinline__ u32 e8m0_mult(u32 w) {
-    // byte I into bytes 0 and 2, zeros elsewhere (selector 4 picks byte 0 of the zero operand).
-    constexpr u32 sel = (u32)I | (4u << 4) | ((u32)I << 8) | (4u << 12);
+__device__ __forceinline__ u32 e8m0_mult_pair(u32 w) {
+    // byte I into byte 0, byte I + 1 into byte 2, zeros elsewhere (selector 4: byte 0 of the zero operand)
+    constexpr u32 sel = (u32)I | (4u << 4) | ((u32)(I + 1) << 8) | (4u << 12);
     u32 b = __byte_perm(w, 0, sel);
     return b * 128u + 0x3F003F00u;  // ((s + 126) << 7) in each half
 }
@@ -206,17 +222,17 @@ __device__ __forceinline__ u32 e8m0_exact(u32 w) {
 
 // ---- fused dequantisation of one layout word into the four A registers ------------------------------
 
-// INT4. sg / sg8: bf16x2 scales of rows g and g+8 (both halves equal).
+// INT4. sg / sg8: bf16 scales of rows g (low half) and g+8 (high half).
 __device__ __forceinline__ void dequant_int4_word(u32 w, u32 sg, u32 sg8, u32 (&a)[4]) {
     constexpr u32 kMask = 0x000F000Fu, kMagic = 0x43004300u /* 128.0 */, kBias = 0x43084308u /* 136.0 */;
     u32 v0 = and_or(w, kMask, kMagic);
     u32 v1 = and_or(w >> 4, kMask, kMagic);
     u32 v2 = and_or(w >> 8, kMask, kMagic);
     u32 v3 = and_or(w >> 12, kMask, kMagic);
-    a[0] = bf16x2_mul(bf16x2_sub(v0, kBias), sg);
-    a[1] = bf16x2_mul(bf16x2_sub(v1, kBias), sg8);
-    a[2] = bf16x2_mul(bf16x2_sub(v2, kBias), sg);
-    a[3] = bf16x2_mul(bf16x2_sub(v3, kBias), sg8);
+    a[0] = bf16x2_mul_lo(bf16x2_sub(v0, kBias), sg);
+    a[1] = bf16x2_mul_hi(bf16x2_sub(v1, kBias), sg8);
+    a[2] = bf16x2_mul_lo(bf16x2_sub(v2, kBias), sg);
+    a[3] = bf16x2_mul_hi(bf16x2_sub(v3, kBias), sg8);
 }
 
 // MXFP4 codes of one word as bf16x2 holding e2m1 * 2^-126 (exact).
@@ -229,14 +245,14 @@ __device__ __forceinline__ void mxfp4_bits(u32 w, u32 (&v)[4]) {
     v[3] = and_or(w >> 3, kMag, w & kSign);
 }
 
-// MXFP4, scale bytes s <= 128. mg / mg8: 2^(s-1) multipliers of rows g and g+8.
+// MXFP4, scale bytes s <= 128. mg / mg8: 2^(s-1) multipliers of rows g (low half) and g+8 (high half).
 __device__ __forceinline__ void dequant_mxfp4_word(u32 w, u32 mg, u32 mg8, u32 (&a)[4]) {
     u32 v[4];
     mxfp4_bits(w, v);
-    a[0] = bf16x2_mul(v[0], mg);
-    a[1] = bf16x2_mul(v[1], mg8);
-    a[2] = bf16x2_mul(v[2], mg);
-    a[3] = bf16x2_mul(v[3], mg8);
+    a[0] = bf16x2_mul_lo(v[0], mg);
+    a[1] = bf16x2_mul_hi(v[1], mg8);
+    a[2] = bf16x2_mul_lo(v[2], mg);
+    a[3] = bf16x2_mul_hi(v[3], mg8);
 }
 
 // MXFP4, any scale byte: exact e2m1 first (x 2^126), then x 2^(s-127).
@@ -244,26 +260,22 @@ __device__ __forceinline__ void dequant_mxfp4_word_wide(u32 w, u32 xg, u32 xg8, 
     constexpr u32 k2p126 = 0x7E807E80u;  // 2^126 in each half
     u32 v[4];
     mxfp4_bits(w, v);
-    a[0] = bf16x2_mul(bf16x2_mul(v[0], k2p126), xg);
-    a[1] = bf16x2_mul(bf16x2_mul(v[1], k2p126), xg8);
-    a[2] = bf16x2_mul(bf16x2_mul(v[2], k2p126), xg);
-    a[3] = bf16x2_mul(bf16x2_mul(v[3], k2p126), xg8);
+    a[0] = bf16x2_mul_lo(bf16x2_mul(v[0], k2p126), xg);
+    a[1] = bf16x2_mul_hi(bf16x2_mul(v[1], k2p126), xg8);
+    a[2] = bf16x2_mul_lo(bf16x2_mul(v[2], k2p126), xg);
+    a[3] = bf16x2_mul_hi(bf16x2_mul(v[3], k2p126), xg8);
 }
 
-// Scales of one lane for one record, expanded to the per-row multipliers for the two k32 halves:
-// m[0] = row g grp 2q, m[1] = row g+8 grp 2q, m[2] = row g grp 2q+1, m[3] = row g+8 grp 2q+1.
+// Scales of one lane for one record, as the per-row multipliers for the two k32 halves (contract
+// above): m[0] = row g grp 2q, m[1] = row g+8 grp 2q, m[2] = row g grp 2q+1, m[3] = row g+8 grp 2q+1.
 template <int kFormat, bool kWideScale>
 __device__ __forceinline__ void expand_scales(uint2 raw, u32 (&m)[4]) {
-    if constexpr (kFormat == kFormatInt4) {
-        m[0] = dup_lo(raw.x);
-        m[1] = dup_hi(raw.x);
-        m[2] = dup_lo(raw.y);
-        m[3] = dup_hi(raw.y);
+    if constexpr (kFormat == kFormatInt4) {  // the raw words already are [row g | row g+8] per group
+        m[0] = m[1] = raw.x;
+        m[2] = m[3] = raw.y;
     } else if constexpr (!kWideScale) {
-        m[0] = e8m0_mult<0>(raw.x);
-        m[1] = e8m0_mult<1>(raw.x);
-        m[2] = e8m0_mult<2>(raw.x);
-        m[3] = e8m0_mult<3>(raw.x);
+        m[0] = m[1] = e8m0_mult_pair<0>(raw.x);
+        m[2] = m[3] = e8m0_mult_pair<2>(raw.x);
     } else {
         m[0] = e8m0_exact<0>(raw.x);
         m[1] = e8m0_exact<1>(raw.x);

@@ -22,9 +22,11 @@
 //              one per CTA (equal weight bytes per SM); the four producers take the share's items
 //              round-robin. Whole K per item.
 //   1 dynamic: producers claim items with one atomic each (work[0]) in the order given by
-//              order_window, one claim ahead. Down combined (kMode 1) may cut K into chunks of k_chunk
-//              records so there are enough items to balance; it adds partial sums into its fp32
-//              accumulator anyway. The last producer to finish re-zeroes work[].
+//              order_window, one claim ahead. gate_up and down combined (kModes 0, 1) may cut K into
+//              chunks of k_chunk records so that small problems have an item for every group: down
+//              adds its partial sums into the fp32 accumulator anyway; gate_up adds them into
+//              split_acc and the warp completing an item's last chunk applies the GLU. The last
+//              producer to finish re-zeroes work[].
 //
 // kMode 0 (gate_up): weights are the gate/up rows interleaved per 8 (layout built with
 //   gate_up = true), the epilogue applies the GLU in fp32 and stores bf16 rows of the intermediate
@@ -71,8 +73,13 @@ struct DecodeParams {
     i32* counters;          // down (kMode 1): [n_pad / 16], zero between calls
     // dynamic schedule (kSched 1)
     i32* work;              // [2]: items claimed, producers finished; zero between calls
-    i32 k_chunk;            // down combined: 64-wide records per item along K (rounded up to kRecs); <= 0: whole K
-    i32 split_max_items;    // split K only while num_mblocks x n_pad / 128 <= this
+    float* split_acc;       // gate_up K-split partial sums: split_cap x 128 x (8 kTiles) fp32, zero between calls
+    i32* split_cnt;         // gate_up K-split counters: [split_cap x 4], zero between calls
+    i32 split_cap;          // (m-block, super-block) items split_acc holds
+    i32 k_chunk;            // 64-wide records per item along K (rounded up to kRecs); 0: whole K; < 0:
+                            // automatic, chunks of at least -k_chunk records chosen from the real
+                            // m-block count so that there are about split_max_items items
+    i32 split_max_items;    // split K only while num_mblocks x n_pad / 128 <= this (< this: automatic)
     i32 order_window;       // claim order: windows of this many m-blocks, (super-block, chunk) major
                             // inside a window (1: m-block major, each matrix streamed in order)
 };
@@ -182,12 +189,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     }
     const int nb16 = p.n_pad >> 4, nsb = p.n_pad >> 7;
 
-    // K chunks per item (dynamic schedule, down combined only: gate_up and rows need whole K).
+    // K chunks per item (dynamic schedule; the rows mode stores finished rows and never splits).
     int chunk = nq, ksplit = 1;
-    if constexpr (kDyn && kMode == 1) {
-        const int base = nmb * nsb;
-        const int want = (p.k_chunk + kRecs - 1) / kRecs * kRecs;
-        if (want > 0 && want < nq && base <= p.split_max_items) {
+    if constexpr (kDyn && kMode != 2) {
+        const int base = nmb * nsb;  // whole-K items of this call
+        int want = 0;
+        if (p.k_chunk > 0) {
+            if (base <= p.split_max_items) want = p.k_chunk;
+        } else if (p.k_chunk < 0 && base < p.split_max_items) {
+            // automatic: enough chunks for split_max_items items, each at least -k_chunk records
+            const int split = min((p.split_max_items + base - 1) / base, nq / max(-p.k_chunk, kRecs));
+            if (split >= 2) want = (nq + split - 1) / split;
+        }
+        want = (want + kRecs - 1) / kRecs * kRecs;
+        if (want > 0 && want < nq && (kMode == 1 || base <= p.split_cap)) {
             chunk = want;
             ksplit = (nq + chunk - 1) / chunk;
         }
@@ -364,7 +379,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 
     // -------------------------------------------------------------------- consumer warp wig of group gid
     const int wig = warp & 3;
-    float acc[2][kTiles][4];
+    // Two accumulator sets (even / odd k16 steps) halve the dependent MMA chain per stage where the
+    // registers allow; they are summed at the end of an item.
+    constexpr bool kDual = kTiles <= 2;
+    float acc[2][kTiles][4], acc2[2][kTiles][4];
     int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1;
     int e_tok[kTiles][2];
     float e_wt[kTiles][2];
@@ -373,9 +391,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     bool pend_check = false;
     const int contributions = nmb * ksplit;
     const int lrow = lane & 7, lmat = lane >> 3;
-    const u32 w_off = (2 * wig) * 512 + lane * 16;
-    const u32 s_off = kWB + (2 * wig) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
-    const u32 x_off = SM::kOffX + lrow * SM::kXStride + lmat * 16;
+    u32 w_off = (2 * wig) * 512 + lane * 16;
+    u32 s_off = kWB + (2 * wig) * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+    u32 x_off = SM::kOffX + lrow * SM::kXStride + lmat * 16;
+    // Opaque to the compiler, so that it keeps them in registers instead of recomputing them every stage.
+    asm volatile("" : "+r"(w_off), "+r"(s_off), "+r"(x_off));
 
     auto bump_counters = [&]() {
         __threadfence();
@@ -420,7 +440,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int ti = 0; ti < kTiles; ++ti) acc[h][ti][0] = acc[h][ti][1] = acc[h][ti][2] = acc[h][ti][3] = 0.0f;
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[h][ti][e] = acc2[h][ti][e] = 0.0f;
             if constexpr (kMode >= 1) {
 #pragma unroll
                 for (int ti = 0; ti < kTiles; ++ti)
@@ -477,7 +499,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 #pragma unroll
                             for (int ti = 0; ti < kTiles; ++ti) {
                                 if (ti == 0 || ti < c_ntiles)
-                                    mma_bf16_16816(acc[h][ti], a[0], a[1], a[2], a[3], b[ti][2 * s2], b[ti][2 * s2 + 1]);
+                                    mma_bf16_16816(kDual && s2 ? acc2[h][ti] : acc[h][ti], a[0], a[1], a[2], a[3],
+                                                   b[ti][2 * s2], b[ti][2 * s2 + 1]);
                             }
                         }
                     }
@@ -494,6 +517,47 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         if (++c_q < c_nst) continue;
         c_q = 0;
         if (!c_act) continue;
+        if constexpr (kDual) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[h][ti][e] += acc2[h][ti][e];
+        }
+        if (kMode == 0 && ksplit > 1) {
+            // K-split gate_up: add this chunk's partial sums; the warp bringing the last chunk applies the GLU.
+            const int item = (c_mb * nsb + c_sb) * 4 + wig;
+            float* sp = p.split_acc + static_cast<long long>(item) * (256 * kTiles) + lane * 4;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+                    if (ti == 0 || ti < c_ntiles)
+                        red_add_v4_f32(sp + (h * kTiles + ti) * 128, acc[h][ti][0], acc[h][ti][1], acc[h][ti][2],
+                                       acc[h][ti][3]);
+            __threadfence();
+            int prev = 0;
+            if (lane == 0) prev = atomicAdd(p.split_cnt + item, 1);
+            prev = __shfl_sync(0xffffffffu, prev, 0);
+            if (prev != ksplit - 1) continue;
+            __threadfence();
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti) {
+                    if (ti == 0 || ti < c_ntiles) {
+                        float* q = sp + (h * kTiles + ti) * 128;
+                        const float4 v = ldcg_f4(q);
+                        *reinterpret_cast<float4*>(q) = make_float4(0.f, 0.f, 0.f, 0.f);
+                        acc[h][ti][0] = v.x;
+                        acc[h][ti][1] = v.y;
+                        acc[h][ti][2] = v.z;
+                        acc[h][ti][3] = v.w;
+                    }
+                }
+            if (lane == 0) p.split_cnt[item] = 0;
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             if (!((c_act >> h) & 1)) continue;

@@ -18,7 +18,7 @@
 //            sorted position, summed per token by `combine` (slot order, fp32, one rounding).
 //   routing  per-expert rows in m-blocks of kBlockM (stable: rows of an expert in slot order), and
 //            optionally each slot's sorted row.
-// The dynamic-schedule fields of DecodeParams (work, k_chunk, split_max_items, order_window) are not read.
+// The dynamic-schedule fields of DecodeParams (work, split_*, k_chunk, order_window) are not read.
 //   dequant  one expert matrix to bf16 [n_pad, k_pad] in layout row order.
 #pragma once
 
@@ -70,11 +70,14 @@ struct DecodeParams {
     i32 out_stride;
     i32* counters;
     i32* work;  // device dynamic schedule only, from here on
+    float* split_acc;
+    i32* split_cnt;
+    i32 split_cap;
     i32 k_chunk;
     i32 split_max_items;
     i32 order_window;
 };
-static_assert(sizeof(DecodeParams) == 168, "DecodeParams layout is shared with kiln");
+static_assert(sizeof(DecodeParams) == 184, "DecodeParams layout is shared with kiln");
 static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");

@@ -128,21 +128,22 @@ void run_case(const Case& c) {
     struct Config {
         const char* name;
         P gate_up, down;
-        int down_chunk, window;
+        int gate_up_chunk, down_chunk, window;
         int64_t rows_min;
         int64_t prefill_min;  // -1: the decode kernels only
         int max_tokens_factor;  // workspace for this many times the call's tokens
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
-        {"automatic (the defaults)", P::automatic, P::automatic, -1, 1, 256, auto_prefill, 1},
-        {"static, atomics", P::static_shares, P::static_shares, -1, 1, -1, -1, 1},
-        {"dynamic, chosen chunks", P::dynamic, P::dynamic, -1, 1, -1, -1, 1},
-        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 3, -1, -1, 1},
-        {"static, rows + combine", P::static_shares, P::static_shares, -1, 1, 0, -1, 1},
-        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, 8, 0, -1, 1},
-        {"prefill (forced)", P::automatic, P::automatic, -1, 1, 256, 0, 1},
-        {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, 1, -1, 0, 3},
+        {"automatic (the defaults)", P::automatic, P::automatic, -1, -1, 1, 256, auto_prefill, 1},
+        {"static, atomics", P::static_shares, P::static_shares, -1, -1, 1, -1, -1, 1},
+        {"dynamic, whole K", P::dynamic, P::dynamic, 0, 0, 1, -1, -1, 1},
+        {"dynamic, automatic chunks", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1},
+        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1},
+        {"static, rows + combine", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1},
+        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
+        {"prefill (forced)", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1},
+        {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, -1, 1, -1, 0, 3},
     };
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
@@ -153,6 +154,7 @@ void run_case(const Case& c) {
         opt.tiles = c.tiles;
         opt.gate_up_schedule = cfg.gate_up;
         opt.down_schedule = cfg.down;
+        opt.gate_up_k_chunk = cfg.gate_up_chunk;
         opt.down_k_chunk = cfg.down_chunk;
         opt.order_window = cfg.window;
         opt.rows_combine_min = cfg.rows_min;

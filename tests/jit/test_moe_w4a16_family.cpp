@@ -150,21 +150,18 @@ TEST_CASE("moe_w4a16: dynamic schedule, rows mode of down and the combine kernel
 }
 
 TEST_CASE("moe_w4a16: schedule choices") {
-    // K2 EP8 decode at 20 tokens per GPU: ~48 one-block experts; 528 groups want >= 8 items each
-    const auto gu = moe::choose_decode_schedule(155, 1, 48, 8, 4096, 7168, 2, 528);
-    CHECK(gu.k_chunk > 0);
-    CHECK(gu.k_chunk % 2 == 0);
-    CHECK(gu.k_chunk < 112);
-    const int splits = (112 + gu.k_chunk - 1) / gu.k_chunk;
-    CHECK(48.0 * 32 * splits >= 8 * 528 * 0.9);
-    CHECK(gu.split_max_items == 8 * 528);
-    // prefill-sized problems have items enough: no split
-    CHECK(moe::choose_decode_schedule(65536, 8, 384, 32, 512, 7168, 2, 528).k_chunk == 0);
-    // never below the minimum chunk, and odd record counts stay whole records per stage
-    const auto k3 = moe::choose_decode_schedule(1, 16, 112, 8, 3584, 3072, 2, 528);
-    CHECK((k3.k_chunk == 0 || k3.k_chunk >= 8));
-    const auto odd = moe::choose_decode_schedule(1, 2, 4, 8, 128, 192, 1, 528);
-    CHECK(odd.k_chunk == 0);  // three records: nothing to split at a minimum of eight
+    // automatic: the kernel decides from the real m-block count, aiming at items_per_group per group
+    const auto gu = moe::decode_split(-1, 528, moe::k_gate_up_items_per_group);
+    CHECK(gu.k_chunk == -moe::k_split_min_records);
+    CHECK(gu.split_max_items == 2 * 528);
+    const auto dn = moe::decode_split(-1, 528, moe::k_down_items_per_group);
+    CHECK(dn.split_max_items == 8 * 528);
+    // explicit chunks always apply; 0 is whole K
+    CHECK(moe::decode_split(6, 528, 2).k_chunk == 6);
+    CHECK(moe::decode_split(6, 528, 2).split_max_items > 1000000);
+    CHECK(moe::decode_split(0, 528, 2).k_chunk == 0);
+    CHECK(moe::split_scratch_items(1 << 30, 32) == (64 << 20) / (128 * 32 * 4));
+    CHECK(moe::split_scratch_items(1056, 8) == 1056);
 }
 
 TEST_CASE("moe_w4a16: bad descriptors and prefill-packed weights are refused") {
