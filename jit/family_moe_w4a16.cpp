@@ -57,6 +57,8 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.family = ShortName(MoeW4A16Family::k_name);
     d.mode = ShortName("indexed");
     d.target = in.target;
+    if (in.config.flags & MoeW4A16Family::k_flag_fused)
+        throw InvalidArgument("moe_w4a16: the fused decode kernel is a device kernel (host target: gate_up, then down)");
     const uint32_t kind_bits = checked_kind_bits(in) & ~MoeW4A16Family::k_flag_prefill;
     const auto which = MoeW4A16Family::kind(in);
     const bool prefill = MoeW4A16Family::is_prefill(which);
@@ -246,6 +248,15 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     if (which == MoeW4A16Kernel::down) d.config.flags |= in.config.flags & k_flag_rows;
     const bool dynamic = (in.config.flags & k_flag_dynamic) != 0;
     if (dynamic) d.config.flags |= k_flag_dynamic;
+    if (in.config.flags & k_flag_fused) {
+        if (which != MoeW4A16Kernel::gate_up || !dynamic)
+            throw InvalidArgument("moe_w4a16: the fused decode kernel is a dynamic-schedule gate_up descriptor");
+        if ((in.n / 2) % (64 * recs) != 0)
+            throw InvalidArgument(fmt::format("moe_w4a16: no fused decode kernel for n={} k={}: down's K ({}) is not a "
+                                              "multiple of gate_up's {}-input stages",
+                                              in.n, in.k, in.n / 2, 64 * recs));
+        d.config.flags |= k_flag_fused;
+    }
     int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs);
     if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs) > static_cast<uint32_t>(k_smem_limit))
         throw InvalidArgument(fmt::format("moe_w4a16: {} stages of {} token tiles do not fit in shared memory", stages, tiles));
@@ -310,6 +321,14 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
             const int mode = down ? ((d.config.flags & k_flag_rows) ? 2 : 1) : 0;
             const int sched = (d.config.flags & k_flag_dynamic) ? 1 : 0;
+            if (d.config.flags & k_flag_fused) {
+                s.file_name = "moe_w4a16_fused.cu";
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode_fused<{}, {}, {}, {}, {}, {}, {}>",
+                                          format_param(d.weight_format), wide, situ ? 1 : 0, mask, d.config.block_m / 8,
+                                          d.config.stages, d.config.block_k / 64);
+                s.source = fmt::format("// {}\n#include \"device/moe_w4a16_decode.cuh\"\n", to_string(d));
+                return s;
+            }
             s.file_name = down ? "moe_w4a16_down.cu" : "moe_w4a16_gate_up.cu";
             s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                       format_param(d.weight_format), wide, mode, situ ? 1 : 0, mask,
@@ -388,6 +407,13 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
     return MoeW4A16Family().canonicalize(d);
 }
 
+KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles,
+                                       Target target) {
+    KernelDescriptor d = gemm(MoeW4A16Kernel::gate_up, gate_up, act, tiles, target, MoeW4A16Schedule::dynamic);
+    d.config.flags |= k_flag_fused;
+    return MoeW4A16Family().canonicalize(d);
+}
+
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
                                               MoeActivation act, Target target) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
@@ -442,6 +468,28 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
                                           p.k_real, to_string(k.desc)));
     if (sm_count < 1) throw InvalidArgument("launch_moe_w4a16_gemm: no SMs");
     MoeW4A16DecodeParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
+    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
+    dims.smem = k.dynamic_smem;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
+void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
+                            CUdeviceptr gu_done, int sm_count, CUstream stream) {
+    if (k.desc.family.view() != MoeW4A16Family::k_name || MoeW4A16Family::kind(k.desc) != MoeW4A16Kernel::gate_up ||
+        !(k.desc.config.flags & MoeW4A16Family::k_flag_fused))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: kernel is {}", to_string(k.desc)));
+    if (gate_up.n_pad != k.desc.n || gate_up.k_pad != round_up(k.desc.k, 64) || gate_up.k_real != k.desc.k)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: gate_up weights [{}, {}] do not match kernel {}",
+                                          gate_up.n_pad, gate_up.k_real, to_string(k.desc)));
+    if (down.k_pad != gate_up.n_pad / 2 || down.n_pad < gate_up.k_real || down.k_pad % k.desc.config.block_k != 0)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: down weights [{}, {}] do not chain with gate_up [{}, {}]",
+                                          down.n_pad, down.k_pad, gate_up.n_pad, gate_up.k_real));
+    if (!gu_done || !gate_up.work) throw InvalidArgument("launch_moe_w4a16_fused: no gu_done or claim counters");
+    if (sm_count < 1) throw InvalidArgument("launch_moe_w4a16_fused: no SMs");
+    MoeW4A16FusedParams copy{gate_up, down, gu_done};
     void* args[] = {&copy};
     runtime::LaunchDims dims;
     dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};

@@ -19,6 +19,9 @@
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
 // wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128), the schedule (flag bit 5:
 // dynamic item claiming instead of static per-SM shares) and the rows mode of down (flag bit 6).
+// Flag bit 9 on a dynamic gate_up names the fused decode kernel (moe_w4a16_decode_fused): every gate_up
+// item, then every down item in the rows mode, in one persistent launch (the down matrix is the gate_up
+// one transposed in shape: n = hidden padded, k = n / 2); device target only.
 // M is never baked in. The decode GEMMs run one persistent CTA of 512 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
 // 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k); the routing kernel
@@ -65,6 +68,7 @@ public:
     static constexpr uint32_t k_flag_rows = 1u << 6;     // down: bf16 rows for the combine kernel
     static constexpr uint32_t k_flag_kind_hi = 1u << 7;  // kind bit 2 (combine)
     static constexpr uint32_t k_flag_prefill = 1u << 8;  // gate_up / down: the prefill GEMM
+    static constexpr uint32_t k_flag_fused = 1u << 9;    // gate_up (dynamic): gate_up + down rows in one launch
     static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
     static constexpr int k_prefill_block_m = 64;
@@ -106,6 +110,8 @@ public:
     static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
                                  Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
                                  bool rows = false);
+    // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
+    static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target);
     // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows).
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
                                          Target target);
@@ -157,6 +163,13 @@ static_assert(offsetof(MoeW4A16DecodeParams, acc) == 104);
 static_assert(offsetof(MoeW4A16DecodeParams, out) == 120);
 static_assert(offsetof(MoeW4A16DecodeParams, counters) == 136);
 
+struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
+    MoeW4A16DecodeParams gate_up, down;
+    CUdeviceptr gu_done;
+};
+static_assert(sizeof(MoeW4A16FusedParams) == 376);
+static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 368);
+
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
     int32_t num_tokens, topk, num_experts, mblock_cap;
@@ -188,6 +201,10 @@ static_assert(sizeof(MoeW4A16DequantParams) == 24);
 // decode GEMMs; the prefill GEMMs take one CTA per (m-block, super-block) for `mblock_cap` m-blocks (the
 // capacity the routing launch was given; CTAs past the device-side m-block count exit at once).
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
+// The fused decode kernel: gate_up's parameters, down's (rows mode) and gu_done (int32 per m-block of
+// the workspace, zero between calls).
+void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
+                            CUdeviceptr gu_done, int sm_count, CUstream stream);
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream);
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream);
 void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream);

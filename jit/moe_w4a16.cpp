@@ -126,6 +126,11 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (decode_rows_possible)
         k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
+    // The fused decode kernel (gate_up + down rows in one launch) where the rows path meets the dynamic
+    // gate_up; down's K must be a whole number of gate_up's pipeline stages.
+    const int gu_recs = gate_up.k_pad % 128 == 0 ? 2 : 1;
+    if (opt.fuse && decode_rows_possible && gu_dyn_possible && dn_dyn && down.k_pad % (64 * gu_recs) == 0)
+        k_fused_ = &disp.get(MoeW4A16Family::fused(gate_up, opt.act, tiles_, target));
     if (prefill_possible) {
         k_routing_pre_ = &disp.get(MoeW4A16Family::routing(experts_, MoeW4A16Family::k_prefill_block_m / 8, target));
         k_gate_up_pre_ =
@@ -162,6 +167,10 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         runtime::fill_u32(split_acc_.ptr(), 0, split_acc_.size() / 4);
         runtime::fill_u32(split_cnt_.ptr(), 0, split_cnt_.size() / 4);
     }
+    if (k_fused_) {
+        gu_done_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_) * 4);
+        runtime::fill_u32(gu_done_.ptr(), 0, mblock_cap_);
+    }
     if (rows_possible) {
         slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
         rows_ = runtime::DeviceBuffer(rows * static_cast<size_t>(dn_.n_pad) * 2);
@@ -197,7 +206,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
     use_prefill_ = k_gate_up_pre_ != nullptr && prefill_call(slots, experts_, opt_.prefill_min);
     if (use_prefill_) {
         use_rows_ = true;
-        gu_dyn_ = dn_dyn_ = false;
+        gu_dyn_ = dn_dyn_ = use_fused_ = false;
         // The call's own capacity (the grids are sized by it), never more than the workspace holds.
         call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
         launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
@@ -208,6 +217,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
               (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
                slots < gu_dyn_max_slots_);
     dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
+    use_fused_ = k_fused_ != nullptr && use_rows_ && gu_dyn_ && dn_dyn_;
     launch_routing_kernel(*k_routing_, topk_ids, topk_weights, mblock_cap_, stream);
 }
 
@@ -229,7 +239,7 @@ void MoeW4A16::launch_routing_kernel(const LoadedKernel& k, const TensorView& to
     launch_moe_w4a16_routing(k, p, stream);
 }
 
-void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream stream) {
+MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorView& x) const {
     MoeW4A16DecodeParams p{};
     p.weights = gate_up;
     p.expert_stride = gu_.expert_stride;
@@ -254,11 +264,18 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, const TensorView& x, CUstream
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
+    return p;
+}
+
+void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, CUstream stream) {
+    const MoeW4A16DecodeParams p = gate_up_params(gate_up, x);
     if (use_prefill_) launch_moe_w4a16_prefill(*k_gate_up_pre_, p, call_cap_, stream);
+    else if (use_fused_) launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(), sm_count_, stream);
     else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
 
-void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
+
+MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& out) const {
     MoeW4A16DecodeParams p{};
     p.weights = down;
     p.expert_stride = dn_.expert_stride;
@@ -283,8 +300,14 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
-    if (use_prefill_) launch_moe_w4a16_prefill(*k_down_pre_, p, call_cap_, stream);
-    else launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, p, sm_count_, stream);
+    return p;
+}
+
+void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
+    if (use_prefill_) launch_moe_w4a16_prefill(*k_down_pre_, down_params(down, out), call_cap_, stream);
+    else if (!use_fused_)  // fused: down ran in launch_gate_up
+        launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, down_params(down, out),
+                              sm_count_, stream);
     if (use_rows_) {
         MoeW4A16CombineParams c{};
         c.rows = rows_.ptr();
@@ -303,7 +326,7 @@ void MoeW4A16::forward(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& 
                        const TensorView& topk_weights, const TensorView& out, CUstream stream) {
     check_views(x, topk_ids, topk_weights, out);
     launch_routing(topk_ids, topk_weights, stream);
-    launch_gate_up(gate_up, x, stream);
+    launch_gate_up(gate_up, down, x, stream);
     launch_down(down, out, stream);
 }
 

@@ -67,6 +67,9 @@ struct MoeW4A16Options {
     // 1166 us), loses at 8 (grouped decode) and 44 (EP8 decode, 8.7 rows per active expert). 128 lies
     // between; nothing between 44 and 171 was measured.
     int64_t prefill_min = 128;
+    // Decode calls on the rows path with the dynamic gate_up run gate_up and down as one persistent
+    // launch (moe_w4a16_decode_fused: down items of an m-block start once its gate_up items are done).
+    bool fuse = true;
 };
 
 class MoeW4A16 {
@@ -86,13 +89,15 @@ public:
     // routing launch fixes M for the call in flight (and with it the schedules and the down path);
     // launch_down includes the combine launch when the call uses the rows path.
     void launch_routing(const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights, CUstream stream);
-    void launch_gate_up(CUdeviceptr gate_up, const runtime::TensorView& x, CUstream stream);
+    // `down` is read only by the fused configuration, where this launch runs both GEMMs.
+    void launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const runtime::TensorView& x, CUstream stream);
     void launch_down(CUdeviceptr down, const runtime::TensorView& out, CUstream stream);
     // Of the call in flight:
     bool uses_rows_path() const { return use_rows_; }
     bool uses_prefill() const { return use_prefill_; }
     bool gate_up_dynamic() const { return gu_dyn_; }
     bool down_dynamic() const { return dn_dyn_; }
+    bool uses_fused() const { return use_fused_; }
 
     // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
     // 2 up to 11, else 4. Experts with more rows than a block holds take several blocks.
@@ -100,7 +105,7 @@ public:
 
     int tiles() const { return tiles_; }
     const LoadedKernel& gate_up_kernel() const {
-        return use_prefill_ ? *k_gate_up_pre_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
+        return use_prefill_ ? *k_gate_up_pre_ : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
     }
     const LoadedKernel& down_kernel() const {
         return use_prefill_ ? *k_down_pre_ : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
@@ -111,6 +116,8 @@ private:
     // Routing prep of the call in flight into m-blocks of `k`'s block_m, `cap` of them at most.
     void launch_routing_kernel(const LoadedKernel& k, const runtime::TensorView& topk_ids,
                                const runtime::TensorView& topk_weights, int cap, CUstream stream);
+    MoeW4A16DecodeParams gate_up_params(CUdeviceptr gate_up, const runtime::TensorView& x) const;
+    MoeW4A16DecodeParams down_params(CUdeviceptr down, const runtime::TensorView& out) const;
     void check_views(const runtime::TensorView& x, const runtime::TensorView& ids, const runtime::TensorView& w,
                      const runtime::TensorView& out) const;
 
@@ -126,6 +133,7 @@ private:
     bool use_prefill_ = false;  // the call in flight runs the prefill configuration
     bool use_rows_ = false;  // the call in flight combines with the rows path
     bool gu_dyn_ = false, dn_dyn_ = false;  // ... and runs these GEMMs with the dynamic schedule
+    bool use_fused_ = false;  // ... and runs both in the fused kernel
     int split_cap_ = 0;  // gate_up split-K scratch items
     int64_t gu_dyn_max_slots_ = 0;  // automatic gate_up schedule: dynamic below this many routed slots
     const LoadedKernel* k_routing_ = nullptr;
@@ -135,11 +143,12 @@ private:
     const LoadedKernel* k_down_dyn_ = nullptr;
     const LoadedKernel* k_down_rows_ = nullptr;    // rows mode, with the down schedule's rows pick
     const LoadedKernel* k_combine_ = nullptr;
+    const LoadedKernel* k_fused_ = nullptr;        // fused decode (null when never used)
     const LoadedKernel* k_routing_pre_ = nullptr;  // prefill configuration (null when never used)
     const LoadedKernel* k_gate_up_pre_ = nullptr;
     const LoadedKernel* k_down_pre_ = nullptr;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
-    runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_;
+    runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_, gu_done_;
 };
 
 }  // namespace kiln::jit

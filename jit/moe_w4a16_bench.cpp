@@ -288,7 +288,7 @@ void run_bench(const BenchOptions& o) {
             ev[4 * it].record(stream);
             layer.launch_routing(vids, vw, stream.handle());
             ev[4 * it + 1].record(stream);
-            layer.launch_gate_up(wgu.ptr() + gu_set * c, vx, stream.handle());
+            layer.launch_gate_up(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, stream.handle());
             ev[4 * it + 2].record(stream);
             layer.launch_down(wdn.ptr() + dn_set * c, vout, stream.handle());
             ev[4 * it + 3].record(stream);
@@ -306,13 +306,15 @@ void run_bench(const BenchOptions& o) {
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
         const double flops = 2.0 * rows * (3.0 * sc.inter * sc.hidden);
-        // The configuration the timed calls ran: the prefill GEMMs (block_m 64), or the decode kernels
-        // with their schedules (gate_up/down) and combine path.
+        // The configuration the timed calls ran: the prefill GEMMs (block_m 64), the fused decode kernel
+        // (its time is the gate_up column; down is then the combine alone), or the decode kernels with
+        // their schedules (gate_up/down) and combine path.
         const std::string variant =
-            layer.uses_prefill()
-                ? std::string("prefill bm=64+rows")
-                : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(), layer.gate_up_dynamic() ? "dyn" : "static",
-                              layer.down_dynamic() ? "dyn" : "static", layer.uses_rows_path() ? "+rows" : "");
+            layer.uses_prefill() ? std::string("prefill bm=64+rows")
+            : layer.uses_fused() ? fmt::format("decode bm={} fused+rows", 8 * layer.tiles())
+                                 : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(),
+                                               layer.gate_up_dynamic() ? "dyn" : "static",
+                                               layer.down_dynamic() ? "dyn" : "static", layer.uses_rows_path() ? "+rows" : "");
         fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} {:<24} | {:8.1f} us (route {:5.1f}, "
                    "gate_up {:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | "
                    "{:6.1f} TFLOP/s\n",
@@ -393,6 +395,9 @@ void add_moe_bench(CLI::App& bench) {
                     "GEMMs (block_m 64, rows + combine); -1 never, 0 always")
         ->envname("KILN_BENCH_MOE_PREFILL_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+    cmd->add_option("--fuse", opts->layer.fuse,
+                    "decode on the rows path with the dynamic gate_up: gate_up and down in one persistent launch")
+        ->envname("KILN_BENCH_MOE_FUSE");
     cmd->callback([opts, schedules]() {
         const auto pick = [](const std::string& s) {
             return s == "dynamic" ? MoeW4A16SchedulePick::dynamic

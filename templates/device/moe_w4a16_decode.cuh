@@ -149,17 +149,31 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
     }
 }
 
+// kMode 3 (fused gate_up + down rows, dynamic schedule only): one persistent launch runs every gate_up
+// item (params `p`, as kMode 0), then every down item (params `p2`, as kMode 2); claims are m-block
+// major, and the producer of a down item first waits until the four consumer warps of every gate_up
+// item of its m-block have stored their part of the intermediate (gu_done[mb], release / acquire), so
+// the down items fill the gate_up tail and no second launch ramps up. All CTAs are resident (one per
+// SM) and gate_up items never wait, so the wait always ends.
+struct FusedDecodeParams {
+    DecodeParams gate_up;  // kMode 0 fields; its work[] is the one claim counter pair
+    DecodeParams down;     // kMode 2 fields (rows); x is gate_up's intermediate
+    i32* gu_done;          // [m-block capacity] gate_up item parts finished per m-block, zero between calls
+};
+
 // kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1).
 // kSched: 0 static shares, 1 dynamic claiming. kSkipMath: measurement variant that streams the same
 // bytes and skips dequantisation and MMAs.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
-          int kSched = 0, bool kSkipMath = false>
-__global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const DecodeParams p) {
+          int kSched, bool kSkipMath>
+__device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2, i32* gu_done) {
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
-    static_assert(kMode >= 0 && kMode <= 2, "gate_up, down combined, down rows");
+    static_assert(kMode >= 0 && kMode <= 3, "gate_up, down combined, down rows, fused");
     static_assert(kSched == 0 || kSched == 1, "static or dynamic schedule");
+    static_assert(kMode != 3 || kSched == 1, "the fused mode claims dynamically");
+    constexpr bool kFused = kMode == 3;
     using SM = DecodeSmem<kFormat, kTiles, kRecs>;
     using LB = typename SM::LB;
     constexpr int kBM = 8 * kTiles;
@@ -179,6 +193,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 
     const int nq = p.k_pad >> 6;
     const int nmb = *p.num_mblocks;
+    // fused: the down items' shape (p2); elsewhere unused
+    const int nq2 = kFused ? p2.k_pad >> 6 : nq, nsb2 = kFused ? p2.n_pad >> 7 : 0;
     if (nmb == 0) {
         if constexpr (kMode == 1) {
             const int total = p.num_tokens * p.n_real;
@@ -191,7 +207,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 
     // K chunks per item (dynamic schedule; the rows mode stores finished rows and never splits).
     int chunk = nq, ksplit = 1;
-    if constexpr (kDyn && kMode != 2) {
+    if constexpr (kDyn && kMode < 2) {
         const int base = nmb * nsb;  // whole-K items of this call
         int want = 0;
         if (p.k_chunk > 0) {
@@ -244,8 +260,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
             return slot;
         };
         // One stage of item (mb, sb, kc) at record q0 .. q0 + kRecs - 1.
-        auto produce = [&](int mb, int sb, int kc, int expert, int valid, int mask, int nst, int q0,
-                           const int (&tok)[kCpl]) {
+        auto produce = [&](const DecodeParams& pp, bool gu, int mb, int sb, int kc, int expert, int valid, int mask,
+                           int nst, int q0, const int (&tok)[kCpl]) {
             const int slot = acquire();
             const u32 st = gsm + slot * SM::kStage;
             const u32 bar = full + 8 * slot;
@@ -257,13 +273,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 if ((row >> 3) < ntiles && row < valid) {
                     const int k = q0 * 64 + kcol * 8;
                     int bytes = 16;
-                    if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - k) * 2));
+                    if (kMaskK && gu) bytes = max(0, min(16, (pp.k_real - k) * 2));
                     const __nv_bfloat16* src;
-                    if constexpr (kMode == 0)
-                        src = p.x + static_cast<long long>(tok[h]) * p.x_stride + k;
+                    if (gu)
+                        src = pp.x + static_cast<long long>(tok[h]) * pp.x_stride + k;
                     else
-                        src = p.x + static_cast<long long>(mb * kBM + row) * p.x_stride + k;
-                    cp_async16(st + SM::kOffX + row * SM::kXStride + kcol * 16, bytes ? src : p.x, bytes);
+                        src = pp.x + static_cast<long long>(mb * kBM + row) * pp.x_stride + k;
+                    cp_async16(st + SM::kOffX + row * SM::kXStride + kcol * 16, bytes ? src : pp.x, bytes);
                 }
             }
             if (lane == 0) {
@@ -271,10 +287,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(mb), "r"(valid),
                              "r"(sb), "r"(kc)
                              : "memory");
-                asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(st + SM::kOffMeta + 16), "r"(mask), "r"(nst)
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta + 16), "r"(mask),
+                             "r"(nst), "r"(gu ? 0 : 1), "r"(0)
                              : "memory");
-                const u8* rec = p.weights + static_cast<u64>(expert) * p.expert_stride +
-                                static_cast<u64>(sb * nq + q0) * kRec;
+                const u8* rec = pp.weights + static_cast<u64>(expert) * pp.expert_stride +
+                                static_cast<u64>(sb * (pp.k_pad >> 6) + q0) * kRec;
                 if (mask == 0xFF) {
                     mbar_arrive_expect_tx(bar, kRecs * kRec);
                     bulk_g2s_hint(st, rec, kRecs * kRec, bar, policy);
@@ -292,21 +309,37 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
             cp_async_mbar_arrive(bar);
             ++i;
         };
-        auto run_item = [&](int mb, int sb, int kc, int mask) {
+        // down = true: an item of the down matrix (fused mode only; kModes 1 and 2 use p as the down).
+        auto run_item = [&](int mb, int sb, int kc, int mask, bool down = false) {
+            const bool gu = kMode == 0 || (kFused && !down);
+            const DecodeParams& pp = kFused && down ? p2 : p;
             const int2 info = __ldg(p.mblock_info + mb);
             int tok[kCpl];
 #pragma unroll
             for (int h = 0; h < kCpl; ++h) {
                 tok[h] = 0;
-                if constexpr (kMode == 0) {
+                if (gu) {
                     const int row = (lane + 32 * h) / kRowChunks;
                     if (row < info.y) tok[h] = __ldg(p.sorted_token + mb * kBM + row);
                 }
             }
+            if (kFused && down) {  // the intermediate rows of this m-block must all be stored
+                if (lane == 0) {
+                    const int want = 4 * nsb;
+                    for (;;) {
+                        int v;
+                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(gu_done + mb) : "memory");
+                        if (v >= want) break;
+                        __nanosleep(200);
+                    }
+                }
+                __syncwarp();
+            }
+            const int nqi = kFused && down ? nq2 : nq;
             const int q0 = kc * chunk;
-            const int nst = (min(nq, q0 + chunk) - q0) / kRecs;
+            const int nst = (min(nqi, q0 + (kFused && down ? nq2 : chunk)) - q0) / kRecs;
 #pragma unroll 1
-            for (int s = 0; s < nst; ++s) produce(mb, sb, kc, info.x, info.y, mask, nst, q0 + s * kRecs, tok);
+            for (int s = 0; s < nst; ++s) produce(pp, gu, mb, sb, kc, info.x, info.y, mask, nst, q0 + s * kRecs, tok);
         };
 
         if constexpr (!kDyn) {
@@ -316,6 +349,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 const int mb = G / nsb, sb = G - mb * nsb;
                 const int lo = max(r0 - 8 * G, 0), hi = min(r1 - 8 * G, 8);
                 run_item(mb, sb, 0, ((1 << hi) - 1) & ~((1 << lo) - 1));
+            }
+        } else if constexpr (kFused) {
+            // every gate_up item (m-block major), then every down item (m-block major)
+            const int n_gu = nmb * nsb, total = n_gu + nmb * nsb2;
+            int next = 0;
+            if (lane == 0) next = atomicAdd(p.work, 1);
+            next = __shfl_sync(0xffffffffu, next, 0);
+#pragma unroll 1
+            while (next < total) {
+                const int id = next;
+                if (lane == 0) next = atomicAdd(p.work, 1);
+                if (id < n_gu) run_item(id / nsb, id % nsb, 0, 0xFF);
+                else run_item((id - n_gu) / nsb2, (id - n_gu) % nsb2, 0, 0xFF, true);
+                next = __shfl_sync(0xffffffffu, next, 0);
             }
         } else {
             const int total = nmb * nsb * ksplit;
@@ -365,6 +412,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 __threadfence();
                 const int done = atomicAdd(p.work + 1, 1);
                 if (done == 4 * static_cast<int>(gridDim.x) - 1) {
+                    if constexpr (kFused) {  // every wait on gu_done has ended (each precedes its producer's increment)
+                        for (int m = 0; m < nmb; ++m) gu_done[m] = 0;
+                    }
                     atomicExch(p.work, 0);
                     atomicExch(p.work + 1, 0);
                 }
@@ -384,6 +434,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     constexpr bool kDual = kTiles <= 2;
     float acc[2][kTiles][4], acc2[2][kTiles][4];
     int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1;
+    bool c_gu = kMode == 0;  // the item is a gate_up item (fused: from the stage header)
     int e_tok[kTiles][2];
     float e_wt[kTiles][2];
     int pend_rb[2] = {-1, -1};
@@ -431,7 +482,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
             const uint4 meta = lds128(st + SM::kOffMeta);
             c_valid = static_cast<int>(meta.y);
             if (c_valid < 0) break;
-            const uint2 meta2 = lds64(st + SM::kOffMeta + 16);
+            const uint4 meta2 = lds128(st + SM::kOffMeta + 16);
+            if constexpr (kFused) c_gu = meta2.z == 0;
             c_mb = static_cast<int>(meta.x);
             c_sb = static_cast<int>(meta.z);
             c_act = (meta2.x >> (2 * wig)) & 3u;
@@ -443,7 +495,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                 for (int ti = 0; ti < kTiles; ++ti)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[h][ti][e] = acc2[h][ti][e] = 0.0f;
-            if constexpr (kMode >= 1) {
+            if (!c_gu) {
 #pragma unroll
                 for (int ti = 0; ti < kTiles; ++ti)
 #pragma unroll
@@ -562,7 +614,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
         for (int h = 0; h < 2; ++h) {
             if (!((c_act >> h) & 1)) continue;
             const int rb = 8 * c_sb + 2 * wig + h;
-            if constexpr (kMode == 0) {
+            if (c_gu) {
                 const int col = rb * 8 + g;
 #pragma unroll
                 for (int ti = 0; ti < kTiles; ++ti)
@@ -573,7 +625,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                             p.inter[static_cast<long long>(c_mb * kBM + r) * p.inter_stride + col] =
                                 __float2bfloat16(glu<kAct>(acc[h][ti][e], acc[h][ti][2 + e]));
                     }
-            } else if constexpr (kMode == 1) {
+            } else if (kMode == 1) {
                 const int n0 = rb * 16 + g;
 #pragma unroll
                 for (int ti = 0; ti < kTiles; ++ti)
@@ -596,13 +648,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
                     for (int e = 0; e < 2; ++e) {
                         const int r = 8 * ti + 2 * t + e;
                         if (r < c_valid) {
-                            __nv_bfloat16* dst = p.out + static_cast<long long>(c_mb * kBM + r) * p.out_stride;
+                            const DecodeParams& pd = kFused ? p2 : p;
+                            __nv_bfloat16* dst = pd.out + static_cast<long long>(c_mb * kBM + r) * pd.out_stride;
                             const float wt = e_wt[ti][e];
-                            if (n0 < p.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
-                            if (n0 + 8 < p.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
+                            if (n0 < pd.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
+                            if (n0 + 8 < pd.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
                         }
                     }
             }
+        }
+        if (kFused && c_gu) {  // this warp's part of the m-block's intermediate is stored: publish it
+            __threadfence();
+            __syncwarp();
+            if (lane == 0) atomicAdd(gu_done + c_mb, 1);
         }
     }
     if constexpr (kMode == 1) {
@@ -612,6 +670,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
             finish_counters();
         }
     }
+}
+
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
+          int kSched = 0, bool kSkipMath = false>
+__global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const DecodeParams p) {
+    static_assert(kMode <= 2, "the fused mode is moe_w4a16_decode_fused");
+    decode_gemm<kFormat, kWideScale, kMode, kAct, kMaskK, kTiles, kStages, kRecs, kSched, kSkipMath>(p, p, nullptr);
+}
+
+template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs>
+__global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode_fused(const FusedDecodeParams p) {
+    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, p.gu_done);
 }
 
 }  // namespace moe

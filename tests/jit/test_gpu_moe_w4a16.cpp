@@ -132,6 +132,7 @@ void run_case(const Case& c) {
         int64_t rows_min;
         int64_t prefill_min;  // -1: the decode kernels only
         int max_tokens_factor;  // workspace for this many times the call's tokens
+        bool fuse = true;       // the fused decode kernel where the rows path meets the dynamic gate_up
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -141,7 +142,8 @@ void run_case(const Case& c) {
         {"dynamic, automatic chunks", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1},
         {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1},
         {"static, rows + combine", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1},
-        {"dynamic, rows + combine, window 8", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
+        {"dynamic, rows + combine, window 8 (fused)", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
+        {"dynamic, rows + combine, unfused", P::dynamic, P::dynamic, -1, -1, 1, 0, -1, 1, false},
         {"prefill (forced)", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1},
         {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, -1, 1, -1, 0, 3},
     };
@@ -159,6 +161,7 @@ void run_case(const Case& c) {
         opt.order_window = cfg.window;
         opt.rows_combine_min = cfg.rows_min;
         opt.prefill_min = cfg.prefill_min;
+        opt.fuse = cfg.fuse;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
@@ -168,6 +171,11 @@ void run_case(const Case& c) {
                           dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
             s.synchronize();
             CHECK(layer.uses_prefill() == want_prefill);
+            if (!want_prefill && cfg.rows_min == 0 && cfg.gate_up == P::dynamic) {
+                // fused unless asked not to, or down's K is not a whole number of gate_up's stages
+                const bool fusable = wdn.k_pad % (wgu.k_pad % 128 == 0 ? 128 : 64) == 0;
+                CHECK(layer.uses_fused() == (cfg.fuse && fusable));
+            }
             if (want_prefill) {
                 CHECK(layer.uses_rows_path());
                 CHECK(MoeW4A16Family::kind(layer.gate_up_kernel().desc) == MoeW4A16Kernel::prefill_gate_up);

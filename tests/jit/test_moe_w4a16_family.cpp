@@ -106,6 +106,30 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK((k.config.flags & MoeW4A16Family::k_flag_situ) != 0);
     CHECK(MoeW4A16Family().device_source(k).name_expr.find("kFormatMxfp4, false, 0, 1, false, 1,") != std::string::npos);
 
+    // the fused decode kernel: a dynamic gate_up descriptor with flag bit 9, device target only
+    KernelDescriptor f = MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200);
+    CHECK((f.config.flags & MoeW4A16Family::k_flag_fused) != 0);
+    CHECK((f.config.flags & MoeW4A16Family::k_flag_dynamic) != 0);
+    CHECK(MoeW4A16Family::kind(f) == MoeW4A16Kernel::gate_up);
+    CHECK(MoeW4A16Family().canonicalize(f) == f);
+    CHECK(f != MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200,
+                                     MoeW4A16Schedule::dynamic));
+    CHECK(MoeW4A16Family().device_source(f).name_expr.find("moe_w4a16_decode_fused<kiln_dev::moe::kFormatInt4, false, 0, false, 1,") !=
+          std::string::npos);
+    KernelDescriptor fs = g;  // static schedule
+    fs.config.flags |= MoeW4A16Family::k_flag_fused;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(fs), kiln::InvalidArgument);
+    KernelDescriptor fd = MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::silu_glu, 1, k_h200,
+                                               MoeW4A16Schedule::dynamic);
+    fd.config.flags |= MoeW4A16Family::k_flag_fused;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(fd), kiln::InvalidArgument);
+    KernelDescriptor fh = f;
+    fh.target = Target::host_target();
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(fh), kiln::InvalidArgument);
+    // down's K must be whole stages of gate_up's: intermediate 224 (K 224 -> 3.5 stages of 128)
+    const auto odd_i = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 192, 256);
+    CHECK_THROWS_AS(MoeW4A16Family::fused(odd_i, MoeActivation::silu_glu, 1, k_h200), kiln::InvalidArgument);
+
     KernelDescriptor r = MoeW4A16Family::routing(112, 1, k_h200);
     CHECK(r.experts == 112);
     CHECK(MoeW4A16Family().max_dynamic_smem(r) == 2 * 4 * 112);
@@ -225,6 +249,7 @@ TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
         MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 2, k_h200, MoeW4A16Schedule::dynamic),
         MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 4, k_h200, MoeW4A16Schedule::dynamic,
                              true),
+        MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200),
     };
     for (const KernelDescriptor& d : decode) {
         CAPTURE(to_string(d));
