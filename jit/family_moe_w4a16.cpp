@@ -541,7 +541,9 @@ void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams
     MoeW4A16CombineParams copy = p;
     void* args[] = {&copy};
     runtime::LaunchDims dims;
-    dims.grid = {static_cast<uint32_t>(std::min(p.num_tokens, 8 * std::max(1, sm_count))), 1, 1};
+    // work items (token, 1024 columns), templates/device/moe_w4a16_combine.cuh
+    const int64_t items = static_cast<int64_t>(p.num_tokens) * ((p.n + 1023) / 1024);
+    dims.grid = {static_cast<uint32_t>(std::min<int64_t>(items, 16 * std::max(1, sm_count))), 1, 1};
     dims.block = {128, 1, 1};
     runtime::launch(k.kernel, dims, stream, args);
 }

@@ -99,15 +99,24 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (opt.order_window < 1) throw InvalidArgument("moe_w4a16: order_window must be at least 1");
     if (opt.prefill_min < -1)
         throw InvalidArgument(fmt::format("moe_w4a16: prefill_min={} (routed slots per expert; -1 = never)", opt.prefill_min));
+    if (opt.fused_min < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: fused_min={} (routed slots; -1 = never)", opt.fused_min));
     const int64_t max_slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
     const bool prefill_possible = prefill_call(max_slots, experts_, opt.prefill_min);
     const bool decode_rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
-    const bool rows_possible = prefill_possible || decode_rows_possible;  // rows + combine, one way or the other
     // Which kernels a call can use (see launch_routing for the per-call choice).
     const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
     const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
+    // The fused decode kernel (gate_up + down rows in one launch, both dynamic) from fused_min routed
+    // slots; down's K must be a whole number of gate_up's pipeline stages.
+    const int gu_recs = gate_up.k_pad % 128 == 0 ? 2 : 1;
+    const bool fused_possible = opt.fuse && opt.fused_min >= 0 && max_slots >= opt.fused_min &&
+                                gu_pick != MoeW4A16SchedulePick::static_shares &&
+                                dn_pick != MoeW4A16SchedulePick::static_shares && down.k_pad % (64 * gu_recs) == 0;
+    const bool rows_possible = prefill_possible || decode_rows_possible || fused_possible;  // rows + combine
     gu_dyn_max_slots_ = int4 ? k_gate_up_dynamic_max_slots_int4 : k_gate_up_dynamic_max_slots_mxfp4;
-    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic || gu_pick == MoeW4A16SchedulePick::automatic;
+    const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic ||
+                                 (gu_pick == MoeW4A16SchedulePick::automatic && gu_dyn_max_slots_ > 0);
     const bool gu_static_possible = gu_pick == MoeW4A16SchedulePick::static_shares ||
                                     (gu_pick == MoeW4A16SchedulePick::automatic && max_slots >= gu_dyn_max_slots_);
     const bool dn_dyn = dn_pick != MoeW4A16SchedulePick::static_shares;
@@ -126,11 +135,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (decode_rows_possible)
         k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
-    // The fused decode kernel (gate_up + down rows in one launch) where the rows path meets the dynamic
-    // gate_up; down's K must be a whole number of gate_up's pipeline stages.
-    const int gu_recs = gate_up.k_pad % 128 == 0 ? 2 : 1;
-    if (opt.fuse && decode_rows_possible && gu_dyn_possible && dn_dyn && down.k_pad % (64 * gu_recs) == 0)
-        k_fused_ = &disp.get(MoeW4A16Family::fused(gate_up, opt.act, tiles_, target));
+    if (fused_possible) k_fused_ = &disp.get(MoeW4A16Family::fused(gate_up, opt.act, tiles_, target));
     if (prefill_possible) {
         k_routing_pre_ = &disp.get(MoeW4A16Family::routing(experts_, MoeW4A16Family::k_prefill_block_m / 8, target));
         k_gate_up_pre_ =
@@ -212,12 +217,16 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
         return;
     }
-    use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
-    gu_dyn_ = k_gate_up_dyn_ != nullptr &&
-              (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
-               slots < gu_dyn_max_slots_);
-    dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
-    use_fused_ = k_fused_ != nullptr && use_rows_ && gu_dyn_ && dn_dyn_;
+    use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min;
+    if (use_fused_) {
+        use_rows_ = gu_dyn_ = dn_dyn_ = true;
+    } else {
+        use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
+        gu_dyn_ = k_gate_up_dyn_ != nullptr &&
+                  (k_gate_up_ == nullptr || opt_.gate_up_schedule == MoeW4A16SchedulePick::dynamic ||
+                   slots < gu_dyn_max_slots_);
+        dn_dyn_ = opt_.down_schedule != MoeW4A16SchedulePick::static_shares;
+    }
     launch_routing_kernel(*k_routing_, topk_ids, topk_weights, mblock_cap_, stream);
 }
 

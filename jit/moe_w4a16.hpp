@@ -67,9 +67,13 @@ struct MoeW4A16Options {
     // 1166 us), loses at 8 (grouped decode) and 44 (EP8 decode, 8.7 rows per active expert). 128 lies
     // between; nothing between 44 and 171 was measured.
     int64_t prefill_min = 128;
-    // Decode calls on the rows path with the dynamic gate_up run gate_up and down as one persistent
-    // launch (moe_w4a16_decode_fused: down items of an m-block start once its gate_up items are done).
+    // Decode calls from fused_min routed slots (M x topk; -1 never) run gate_up and down as one
+    // persistent launch (moe_w4a16_decode_fused, both dynamic, down in the rows mode + combine: down
+    // items of an m-block start once its gate_up items are done) unless a schedule is forced static.
+    // Measured on H200 (perf notes §10, run 15): wins 5-8% at 128-800 routed slots on K2 and K3 (against
+    // the best unfused choice), loses at 16 (K3 batch 1: too few items for the warp groups).
     bool fuse = true;
+    int64_t fused_min = 64;
 };
 
 class MoeW4A16 {

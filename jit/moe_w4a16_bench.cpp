@@ -396,8 +396,12 @@ void add_moe_bench(CLI::App& bench) {
         ->envname("KILN_BENCH_MOE_PREFILL_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->add_option("--fuse", opts->layer.fuse,
-                    "decode on the rows path with the dynamic gate_up: gate_up and down in one persistent launch")
+                    "decode from --fused-min routed slots: gate_up and down (dynamic, rows + combine) in one persistent launch")
         ->envname("KILN_BENCH_MOE_FUSE");
+    cmd->add_option("--fused-min", opts->layer.fused_min,
+                    "routed slots (tokens x top-k) from which decode calls run the fused kernel; -1 never")
+        ->envname("KILN_BENCH_MOE_FUSED_MIN")
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->callback([opts, schedules]() {
         const auto pick = [](const std::string& s) {
             return s == "dynamic" ? MoeW4A16SchedulePick::dynamic

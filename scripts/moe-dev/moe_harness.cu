@@ -644,7 +644,8 @@ void launch_down(const Launch& l, Workspace& w, const DevWeights& dn, int copy, 
         c.n = dn.meta.n;
         c.out = reinterpret_cast<__nv_bfloat16*>(w.out);
         c.out_stride = w.H;
-        l.combine<<<std::min(w.M, 8 * g_num_sms), kiln_dev::moe::kCombineThreads, 0, s>>>(c);
+        const long long items = kiln_dev::moe::combine_items(w.M, dn.meta.n);
+        l.combine<<<int(std::min<long long>(items, 16 * g_num_sms)), kiln_dev::moe::kCombineThreads, 0, s>>>(c);
         CK(cudaGetLastError());
     }
 }

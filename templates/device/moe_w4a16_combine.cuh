@@ -1,8 +1,8 @@
 // moe_w4a16 top-k combine (indexed mode): out[t, :] = sum over t's local slots j of rows[pos(t, j), :],
 // where rows are the router-weighted bf16 outputs of the down GEMM in its rows mode (one row per sorted
 // position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). Sums in fp32
-// in slot order (deterministic), one bf16 rounding; a token with no local slot gets a zero row. One
-// token per CTA iteration (grid-stride), 8 columns per thread.
+// in slot order (deterministic), one bf16 rounding; a token with no local slot gets a zero row. Work
+// items are (token, 1024 columns), grid-stride, 8 columns per thread, four slots' loads in flight.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,20 +24,40 @@ struct CombineParams {
 };
 
 constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = kCombineThreads * 8;  // columns of one work item (8 per thread)
+
+// Work items of a call: (token, block of kCombineCols columns); the host sizes the grid from this.
+__host__ __device__ constexpr long long combine_items(int num_tokens, int n) {
+    return static_cast<long long>(num_tokens) * ((n + kCombineCols - 1) / kCombineCols);
+}
 
 __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const CombineParams p) {
     const bool vec = (p.n % 8) == 0 && (p.rows_stride % 8) == 0 && (p.out_stride % 8) == 0;
-    for (int tok = blockIdx.x; tok < p.num_tokens; tok += gridDim.x) {
+    const int cb = (p.n + kCombineCols - 1) / kCombineCols;
+    const long long items = combine_items(p.num_tokens, p.n);
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const int tok = static_cast<int>(item / cb);
+        const int c0 = static_cast<int>(item % cb) * kCombineCols;
         const i32* pos = p.slot_pos + static_cast<long long>(tok) * p.topk;
         __nv_bfloat16* orow = p.out + static_cast<long long>(tok) * p.out_stride;
         if (vec) {
-            for (int c = threadIdx.x * 8; c < p.n; c += kCombineThreads * 8) {
-                float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-                for (int j = 0; j < p.topk; ++j) {
-                    const int r = __ldg(pos + j);
-                    if (r < 0) continue;
-                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p.rows + static_cast<long long>(r) * p.rows_stride + c));
-                    const u32 w[4] = {v.x, v.y, v.z, v.w};
+            const int c = c0 + threadIdx.x * 8;
+            if (c >= p.n) continue;
+            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            // Four slots' rows in flight at a time, summed in slot order (deterministic).
+            for (int j0 = 0; j0 < p.topk; j0 += 4) {
+                int r[4];
+                uint4 v[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) r[u] = j0 + u < p.topk ? __ldg(pos + j0 + u) : -1;
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (r[u] >= 0)
+                        v[u] = __ldg(reinterpret_cast<const uint4*>(p.rows + static_cast<long long>(r[u]) * p.rows_stride + c));
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    if (r[u] < 0) continue;
+                    const u32 w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
                     for (int q = 0; q < 4; ++q) {
                         const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&w[q]);
@@ -46,16 +66,17 @@ __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const Combi
                         acc[2 * q + 1] += f.y;
                     }
                 }
-                u32 o[4];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
-                    o[q] = *reinterpret_cast<const u32*>(&b);
-                }
-                *reinterpret_cast<uint4*>(orow + c) = make_uint4(o[0], o[1], o[2], o[3]);
             }
+            u32 o[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+                o[q] = *reinterpret_cast<const u32*>(&b);
+            }
+            *reinterpret_cast<uint4*>(orow + c) = make_uint4(o[0], o[1], o[2], o[3]);
         } else {
-            for (int c = threadIdx.x; c < p.n; c += kCombineThreads) {
+            const int c1 = min(p.n, c0 + kCombineCols);
+            for (int c = c0 + threadIdx.x; c < c1; c += kCombineThreads) {
                 float acc = 0.f;
                 for (int j = 0; j < p.topk; ++j) {
                     const int r = __ldg(pos + j);

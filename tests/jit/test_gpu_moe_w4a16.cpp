@@ -138,9 +138,10 @@ void run_case(const Case& c) {
     const Config configs[] = {
         {"automatic (the defaults)", P::automatic, P::automatic, -1, -1, 1, 256, auto_prefill, 1},
         {"static, atomics", P::static_shares, P::static_shares, -1, -1, 1, -1, -1, 1},
-        {"dynamic, whole K", P::dynamic, P::dynamic, 0, 0, 1, -1, -1, 1},
-        {"dynamic, automatic chunks", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1},
-        {"dynamic, one-stage items, window 3", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1},
+        {"dynamic, whole K, unfused", P::dynamic, P::dynamic, 0, 0, 1, -1, -1, 1, false},
+        {"dynamic, automatic chunks, unfused", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1, false},
+        {"dynamic, one-stage items, window 3, unfused", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1, false},
+        {"dynamic, fused", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1},
         {"static, rows + combine", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1},
         {"dynamic, rows + combine, window 8 (fused)", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
         {"dynamic, rows + combine, unfused", P::dynamic, P::dynamic, -1, -1, 1, 0, -1, 1, false},
@@ -171,10 +172,13 @@ void run_case(const Case& c) {
                           dw.view(DType::f32, {m, c.topk}), dout.view(DType::bf16, {m, c.hidden}), s.handle());
             s.synchronize();
             CHECK(layer.uses_prefill() == want_prefill);
-            if (!want_prefill && cfg.rows_min == 0 && cfg.gate_up == P::dynamic) {
-                // fused unless asked not to, or down's K is not a whole number of gate_up's stages
+            if (!want_prefill) {
+                // fused from 64 routed slots unless asked not to, a schedule is static, or down's K is not a
+                // whole number of gate_up's stages
                 const bool fusable = wdn.k_pad % (wgu.k_pad % 128 == 0 ? 128 : 64) == 0;
-                CHECK(layer.uses_fused() == (cfg.fuse && fusable));
+                CHECK(layer.uses_fused() == (cfg.fuse && fusable && int64_t(c.tokens) * c.topk >= opt.fused_min &&
+                                             cfg.gate_up != P::static_shares && cfg.down != P::static_shares));
+                if (layer.uses_fused()) CHECK(layer.uses_rows_path());
             }
             if (want_prefill) {
                 CHECK(layer.uses_rows_path());
