@@ -22,7 +22,7 @@
 // Flag bit 9 on a dynamic gate_up names the fused decode kernel (moe_w4a16_decode_fused): every gate_up
 // item, then every down item in the rows mode, in one persistent launch (the down matrix is the gate_up
 // one transposed in shape: n = hidden padded, k = n / 2); device target only.
-// M is never baked in. The decode GEMMs run one persistent CTA of 512 threads per SM (grid = SM
+// M is never baked in. The decode GEMMs run one persistent CTA of 640 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
 // 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k); the routing kernel
 // one CTA (block_m 8, 16, 32 or 64: the prefill GEMMs read m-blocks of 64).

@@ -8,8 +8,9 @@
 // Variants (kernel schedule and down combine; see variant_by_name): v3 static shares, v4 dynamic
 // claiming of whole-K items, v5 dynamic with K chunks, v5x the same claimed across m-blocks first,
 // v5w windows of 8 m-blocks (L2 reuse), v5s one-stage items (protocol stress), *r the down GEMM
-// writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's automatic
-// choices per call. p64 / p128: the prefill GEMM (moe_w4a16_prefill.cuh) with m-blocks of 64 / 128 rows
+// writes rows and a separate kernel combines them (no fp32 atomics); auto = the kiln layer's unfused
+// automatic choices per call (the fused decode kernel, moe_w4a16_decode_fused, is measured through
+// kiln itself: `kiln bench moe`). p64 / p128: the prefill GEMM (moe_w4a16_prefill.cuh) with m-blocks of 64 / 128 rows
 // for gate_up and down (rows + combine); pauto picks 64 or 128 from the routed rows per active expert;
 // p64s / p128s the same with one 16-row block per warp (each weight word dequantised once per CTA);
 // p64s2: p64s with two 64-wide records per K step (block_k 128) where k_pad % 128 == 0, else one.
