@@ -104,6 +104,28 @@ int layout_record_bytes(W4Format f, W4Layout l) {
     return blocks * 512 + blocks * layout_scale_bytes_per_block(f);
 }
 
+namespace {
+// MXFP4 code (sign << 3 | e1 e0 m0) of element m within one 16-bit half of a layout word, and back
+// (the field placement of templates/device/moe_w4a16_common.cuh).
+unsigned mxfp4_place(unsigned code, int m) {
+    const unsigned mag = code & 7u, sign = (code >> 3) & 1u;
+    switch (m) {
+        case 0: return mag << 6 | sign << 15;
+        case 1: return mag << 3 | sign << 12;
+        case 2: return mag | sign << 9;
+        default: return (mag & 3u) << 10 | (mag >> 2) << 13 | sign << 14;
+    }
+}
+unsigned mxfp4_code(unsigned half, int m) {
+    switch (m) {
+        case 0: return ((half >> 6) & 7u) | ((half >> 15) & 1u) << 3;
+        case 1: return ((half >> 3) & 7u) | ((half >> 12) & 1u) << 3;
+        case 2: return (half & 7u) | ((half >> 9) & 1u) << 3;
+        default: return ((half >> 10) & 3u) | ((half >> 13) & 1u) << 2 | ((half >> 14) & 1u) << 3;
+    }
+}
+}  // namespace
+
 float e2m1_value(unsigned nibble) {
     static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     const float v = kMag[nibble & 7u];
@@ -196,8 +218,7 @@ PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool ga
                                             if (int4) {
                                                 word |= code << (4 * m + 16 * half);
                                             } else {
-                                                word |= (code & 7u) << (3 * m + 16 * half);
-                                                word |= ((code >> 3) & 1u) << (12 + m + 16 * half);
+                                                word |= mxfp4_place(code, m) << (16 * half);
                                             }
                                         }
                                     }
@@ -302,10 +323,9 @@ void dequantize_prepared(const PreparedMoeWeights& w, int expert, std::span<floa
                 const float sc = bf16_bits_to_float(load_u16(recp + blocks * 512 + blk * scb + g * 8 + slot * 2));
                 v = static_cast<float>(static_cast<int>(code) - 8) * sc;
             } else {
-                const unsigned mag = (word >> (3 * m + 16 * half)) & 7u;
-                const unsigned sign = (word >> (12 + m + 16 * half)) & 1u;
+                const unsigned code = mxfp4_code((word >> (16 * half)) & 0xFFFFu, m);
                 const unsigned sc = static_cast<uint8_t>(recp[blocks * 512 + blk * scb + g * 4 + slot]);
-                v = std::ldexp(e2m1_value(mag | (sign << 3)), static_cast<int>(sc) - 127);
+                v = std::ldexp(e2m1_value(code), static_cast<int>(sc) - 127);
             }
             out[static_cast<size_t>(out_row) * w.k + col] = v;
         }

@@ -136,6 +136,22 @@ inline float e8m0(u32 s) { return s ? bits_f32(s << 23) : bits_f32(0x00400000u);
 constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
 // Row-block `blk` of one record -> w[row][k] (16 rows x 64 inputs), exact bf16 values.
+
+// MXFP4 fields of element m within one 16-bit half of a layout word (the placement of
+// templates/device/moe_w4a16_common.cuh): E2M1 magnitude e1 e0 m0 and sign.
+template <class T>
+inline T mxfp4_mag(T h, int m) {
+    switch (m) {
+        case 0: return (h >> 6) & 7u;
+        case 1: return (h >> 3) & 7u;
+        case 2: return h & 7u;
+        default: return ((h >> 10) & 3u) | (((h >> 13) & 1u) << 2);
+    }
+}
+template <class T>
+inline T mxfp4_sign(T h, int m) {
+    return (h >> (m == 0 ? 15 : m == 1 ? 12 : m == 2 ? 9 : 14)) & 1u;
+}
 template <int kFormat>
 inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
     const u8* wb = rec + blk * 512;
@@ -166,8 +182,8 @@ inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
                         const int code = static_cast<int>((bits >> (4 * m)) & 0xfu);
                         v = round_bf16(static_cast<float>(code - 8) * scale);
                     } else {
-                        const float mag = kE2M1[(bits >> (3 * m)) & 7u];
-                        v = (((bits >> (12 + m)) & 1u) ? -mag : mag) * scale;
+                        const float mag = kE2M1[mxfp4_mag(bits, m)];
+                        v = (mxfp4_sign(bits, m) ? -mag : mag) * scale;
                     }
                     w[row][k + half] = v;
                 }
@@ -253,12 +269,12 @@ inline void decode_vectors(const u8* rec, int blk, f32x8 (&dec)[8][4][4]) {
                     val = __builtin_bit_cast(f32x8, bits);
                 } else {
                     // E2M1 (e, m) -> fp32 bits: e > 0: 2^(e-1) (1 + m/2); e == 0: m / 2.
-                    const u32x8 mag = (v >> (3 * m)) & 7u;
+                    const u32x8 mag = mxfp4_mag(v, m);
                     const u32x8 ex = mag >> 1, mb = mag & 1u;
                     const u32x8 normal = ((ex + 126u) << 23) | (mb << 22);
                     const u32x8 sub = mb * 0x3f000000u;
                     const u32x8 is_normal = __builtin_convertvector(ex != 0u, u32x8);
-                    const u32x8 bits = (normal & is_normal) | (sub & ~is_normal) | (((v >> (12 + m)) & 1u) << 31);
+                    const u32x8 bits = (normal & is_normal) | (sub & ~is_normal) | (mxfp4_sign(v, m) << 31);
                     val = __builtin_bit_cast(f32x8, bits) * sc[m & 1];
                 }
                 dec[g][m][t] = val;
