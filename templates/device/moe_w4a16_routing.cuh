@@ -38,7 +38,7 @@ struct RoutingParams {
 template <int kBlockM>
 __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams p) {
     extern __shared__ i32 smem_route[];
-    i32* cnt = smem_route;                    // [E] counts, later the fill cursor
+    i32* cnt = smem_route;                    // [E] counts, then the scatter cursor (counting down)
     i32* off = smem_route + p.num_experts;    // [E] first m-block of each expert
     __shared__ i32 warp_tot[32];
     __shared__ i32 total_s;
@@ -46,11 +46,21 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int E = p.num_experts;
     const int slots = p.num_tokens * p.topk;
+    constexpr int kCached = 4;  // expert ids of a thread's first slots, read from global memory once
 
     for (int e = tid; e < E; e += nthr) cnt[e] = 0;
+    int ids[kCached];
+#pragma unroll
+    for (int j = 0; j < kCached; ++j) {
+        const int s = tid + j * nthr;
+        ids[j] = s < slots ? __ldg(p.topk_ids + s) : -1;
+    }
     __syncthreads();
-    for (int s = tid; s < slots; s += nthr) {
-        int e = p.topk_ids[s];
+#pragma unroll
+    for (int j = 0; j < kCached; ++j)
+        if (static_cast<unsigned>(ids[j]) < static_cast<unsigned>(E)) atomicAdd(&cnt[ids[j]], 1);
+    for (int s = tid + kCached * nthr; s < slots; s += nthr) {
+        const int e = __ldg(p.topk_ids + s);
         if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
@@ -82,45 +92,48 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
         if (lane == 31) total_s = inc;
     }
     __syncthreads();
+
+    // Per owned expert: its first m-block, count, m-block descriptors and the padding rows of its last
+    // block (the scatter below fills the others, so nothing is written twice).
+    const int total = min(total_s, p.mblock_cap);
+    const int rows = total * kBlockM;
     int run = warp_tot[warp] + incl - local;
     for (int e = e0; e < e1; ++e) {
+        const int c = cnt[e];
+        const int nb = (c + kBlockM - 1) / kBlockM;
         off[e] = run;
-        run += (cnt[e] + kBlockM - 1) / kBlockM;
+        p.expert_count[e] = c;
+        for (int j = 0; j < nb; ++j) {
+            const int mb = run + j;
+            if (mb < total) p.mblock_info[mb] = make_int2(e, min(kBlockM, c - j * kBlockM));
+        }
+        for (int r = run * kBlockM + c; r < (run + nb) * kBlockM && r < rows; ++r) {
+            p.sorted_token[r] = -1;
+            p.sorted_weight[r] = 0.0f;
+        }
+        run += nb;
     }
     __syncthreads();
 
-    const int total = min(total_s, p.mblock_cap);
-    for (int e = tid; e < E; e += nthr) {
-        const int c = cnt[e];
-        p.expert_count[e] = c;
-        const int nb = (c + kBlockM - 1) / kBlockM;
-        for (int j = 0; j < nb; ++j) {
-            const int mb = off[e] + j;
-            if (mb < total) p.mblock_info[mb] = make_int2(e, min(kBlockM, c - j * kBlockM));
-        }
-    }
-    const int rows = total * kBlockM;
-    for (int r = tid; r < rows; r += nthr) {
-        p.sorted_token[r] = -1;
-        p.sorted_weight[r] = 0.0f;
-    }
-    __syncthreads();
-    for (int e = tid; e < E; e += nthr) cnt[e] = 0;
-    __syncthreads();
-    for (int s = tid; s < slots; s += nthr) {
-        int e = p.topk_ids[s];
+    auto place = [&](int s, int e) {
         int where = -1;
         if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
-            const int pos = atomicAdd(&cnt[e], 1);
+            const int pos = atomicSub(&cnt[e], 1) - 1;  // each expert's rows in some order
             const int r = off[e] * kBlockM + pos;
             if (r < rows) {
                 p.sorted_token[r] = s / p.topk;
-                p.sorted_weight[r] = p.topk_weights[s];
+                p.sorted_weight[r] = __ldg(p.topk_weights + s);
                 where = r;
             }
         }
         if (p.slot_pos) p.slot_pos[s] = where;
+    };
+#pragma unroll
+    for (int j = 0; j < kCached; ++j) {
+        const int s = tid + j * nthr;
+        if (s < slots) place(s, ids[j]);
     }
+    for (int s = tid + kCached * nthr; s < slots; s += nthr) place(s, __ldg(p.topk_ids + s));
     if (tid == 0) *p.num_mblocks = total;
 }
 
