@@ -473,6 +473,7 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
     dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
     dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
     dims.smem = k.dynamic_smem;
+    dims.overlap_prior = true;  // the kernel waits for its predecessor (griddepcontrol.wait)
     runtime::launch(k.kernel, dims, stream, args);
 }
 
@@ -495,6 +496,7 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& g
     dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
     dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
     dims.smem = k.dynamic_smem;
+    dims.overlap_prior = true;  // the kernel waits for its predecessor (griddepcontrol.wait)
     runtime::launch(k.kernel, dims, stream, args);
 }
 
@@ -545,6 +547,7 @@ void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams
     const int64_t items = static_cast<int64_t>(p.num_tokens) * ((p.n + 1023) / 1024);
     dims.grid = {static_cast<uint32_t>(std::min<int64_t>(items, 16 * std::max(1, sm_count))), 1, 1};
     dims.block = {128, 1, 1};
+    dims.overlap_prior = true;  // the kernel waits for its predecessor (griddepcontrol.wait)
     runtime::launch(k.kernel, dims, stream, args);
 }
 

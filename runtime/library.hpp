@@ -21,6 +21,9 @@ struct LaunchDims {
     std::array<uint32_t, 3> grid{1, 1, 1};
     std::array<uint32_t, 3> block{1, 1, 1};
     uint32_t smem = 0;  // dynamic shared memory, bytes
+    // Programmatic dependent launch: the kernel may start while the previous kernel in the stream is
+    // still running; it must execute `griddepcontrol.wait` before reading anything that kernel wrote.
+    bool overlap_prior = false;
 };
 
 class Kernel {
@@ -74,6 +77,13 @@ inline void launch(const Kernel& k, const LaunchDims& d, CUstream stream, void**
     cfg.blockDimZ = d.block[2];
     cfg.sharedMemBytes = d.smem;
     cfg.hStream = stream;
+    CUlaunchAttribute attr{};
+    if (d.overlap_prior) {
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+    }
     CUresult r = driver().cuLaunchKernelEx(&cfg, reinterpret_cast<CUfunction>(k.handle()), args, nullptr);
     if (r != CUDA_SUCCESS) [[unlikely]] throw_launch_error(r, k, d);
 }

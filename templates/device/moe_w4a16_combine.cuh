@@ -32,6 +32,7 @@ __host__ __device__ constexpr long long combine_items(int num_tokens, int n) {
 }
 
 __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const CombineParams p) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");  // may overlap the down kernel's tail (sm_90)
     const bool vec = (p.n % 8) == 0 && (p.rows_stride % 8) == 0 && (p.out_stride % 8) == 0;
     const int cb = (p.n + kCombineCols - 1) / kCombineCols;
     const long long items = combine_items(p.num_tokens, p.n);

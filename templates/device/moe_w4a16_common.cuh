@@ -112,6 +112,10 @@ __device__ __forceinline__ void bulk_g2s_hint(u32 dst, const void* src, u32 byte
         : "memory");
 }
 
+// Programmatic dependent launch (sm_90): wait until the previous kernel in the stream has completed and
+// its writes are visible (a no-op when the kernel was not launched as a dependent).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }

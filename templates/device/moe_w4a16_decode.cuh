@@ -191,6 +191,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
 
+    griddep_wait();  // launched overlapping the routing (or gate_up) kernel: its outputs come first
     const int nq = p.k_pad >> 6;
     const int nmb = *p.num_mblocks;
     // fused: the down items' shape (p2); elsewhere unused

@@ -37,6 +37,9 @@ struct RoutingParams {
 
 template <int kBlockM>
 __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams p) {
+    // The GEMM launched after this kernel may start now and wait for our results in griddepcontrol.wait
+    // (programmatic dependent launch, sm_90): its launch and prologue overlap this kernel.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     extern __shared__ i32 smem_route[];
     i32* cnt = smem_route;                    // [E] counts, then the scatter cursor (counting down)
     i32* off = smem_route + p.num_experts;    // [E] first m-block of each expert
