@@ -302,6 +302,21 @@ void run_bench(const BenchOptions& o) {
             td.push_back(1e3 * runtime::Event::elapsed_ms(ev[4 * it + 2], ev[4 * it + 3]));
         }
         const double us = median(tt);
+        // forward() back to back (no events between its launches, so programmatic dependent launch can
+        // overlap them): batches of `copies` calls over the rotating weight sets, per-call median.
+        std::vector<double> tf;
+        {
+            runtime::Event f0(true), f1(true);
+            for (int b = 0; b < std::max(3, o.iters / copies); ++b) {
+                f0.record(stream);
+                for (int c = 0; c < copies; ++c)
+                    layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
+                f1.record(stream);
+                stream.synchronize();
+                tf.push_back(1e3 * runtime::Event::elapsed_ms(f0, f1) / copies);
+            }
+        }
+        const double us_fwd = median(tf);
         const double abytes = static_cast<double>(r.tokens) * sc.hidden * 2 * 2 + static_cast<double>(rows) * sc.inter * 2 * 2;
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
@@ -317,16 +332,16 @@ void run_bench(const BenchOptions& o) {
                                                layer.down_dynamic() ? "dyn" : "static", layer.uses_rows_path() ? "+rows" : "");
         fmt::print("{:<22} M={:5} rows={:6} active={:4} rows/E={:6.2f} {:<24} | {:8.1f} us (route {:5.1f}, "
                    "gate_up {:8.1f}, down {:8.1f}) | {:8.1f} MB {:5.2f} TB/s {:5.1f}% of 4.8 floor ({:7.1f} us) | "
-                   "{:6.1f} TFLOP/s\n",
+                   "{:6.1f} TFLOP/s | forward {:8.1f} us\n",
                    sc.name, r.tokens, rows, active, active ? static_cast<double>(rows) / active : 0.0, variant, us,
                    median(tr), median(tg), median(td), bytes / 1e6, bytes / us / 1e6, 100.0 * floor_us / us, floor_us,
-                   flops / us / 1e6);
+                   flops / us / 1e6, us_fwd);
         std::fflush(stdout);
         results.push_back({{"name", sc.name}, {"format", std::string(moe::to_string(sc.fmt))}, {"M", r.tokens},
                            {"topk", sc.topk}, {"E", sc.experts}, {"H", sc.hidden}, {"I", sc.inter}, {"rows", rows},
                            {"active", active}, {"max_rows", max_rows}, {"tiles", layer.tiles()}, {"copies", copies},
                            {"variant", variant}, {"prefill", layer.uses_prefill()},
-                           {"us", us}, {"us_route", median(tr)}, {"us_gate_up", median(tg)}, {"us_down", median(td)},
+                           {"us", us}, {"us_route", median(tr)}, {"us_gate_up", median(tg)}, {"us_down", median(td)}, {"us_forward", us_fwd},
                            {"bytes", bytes}, {"floor_us", floor_us}, {"flops", flops}, {"decode", sc.decode}});
         if (!o.routing_dir.empty()) {
             const std::string base = o.routing_dir + "/" + sc.name;
