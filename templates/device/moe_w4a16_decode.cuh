@@ -40,9 +40,13 @@
 // kMode 2 (down, rows): the epilogue stores the router-weighted bf16 row of every sorted position into
 //   out [rows, out_stride]; moe_w4a16_combine (moe_w4a16_combine.cuh) sums each token's rows. No
 //   atomics; whole K per item.
+// kMode 3 (fused, moe_w4a16_decode_fused): kMode 0 items, then kMode 2 items, in one launch (below).
+//
+// Every kernel here starts with griddepcontrol.wait: the host launches them as programmatic dependents
+// of the routing kernel (or of gate_up), so their launch overlaps the previous kernel.
 //
 // Stage header (32 bytes): mb, valid rows (-1: sentinel), super-block, K chunk, active row-block mask,
-// stages in this item.
+// stages in this item, item kind (0 gate_up-like, 1 down in the fused mode), 0.
 #pragma once
 
 #include "device/moe_w4a16_common.cuh"
