@@ -458,6 +458,19 @@ static void expect_kind(const LoadedKernel& k, MoeW4A16Kernel want, const char* 
         throw InvalidArgument(fmt::format("{}: kernel is {}", what, to_string(k.desc)));
 }
 
+// The decode GEMMs: one CTA per SM, launched as a programmatic dependent of the previous kernel (they
+// start with griddepcontrol.wait).
+static void launch_persistent(const LoadedKernel& k, void* params, int sm_count, CUstream stream) {
+    if (sm_count < 1) throw InvalidArgument(fmt::format("{}: no SMs", k.kernel.name()));
+    void* args[] = {params};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
+    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
+    dims.smem = k.dynamic_smem;
+    dims.overlap_prior = true;
+    runtime::launch(k.kernel, dims, stream, args);
+}
+
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream) {
     const MoeW4A16Kernel which = MoeW4A16Family::kind(k.desc);
     if (k.desc.family.view() != MoeW4A16Family::k_name ||
@@ -466,15 +479,8 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
     if (p.n_pad != k.desc.n || p.k_pad != round_up(k.desc.k, 64) || p.k_real != k.desc.k)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_gemm: weights [{}, {}] do not match kernel {}", p.n_pad,
                                           p.k_real, to_string(k.desc)));
-    if (sm_count < 1) throw InvalidArgument("launch_moe_w4a16_gemm: no SMs");
     MoeW4A16DecodeParams copy = p;
-    void* args[] = {&copy};
-    runtime::LaunchDims dims;
-    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
-    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
-    dims.smem = k.dynamic_smem;
-    dims.overlap_prior = true;  // the kernel waits for its predecessor (griddepcontrol.wait)
-    runtime::launch(k.kernel, dims, stream, args);
+    launch_persistent(k, &copy, sm_count, stream);
 }
 
 void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
@@ -489,15 +495,8 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& g
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: down weights [{}, {}] do not chain with gate_up [{}, {}]",
                                           down.n_pad, down.k_pad, gate_up.n_pad, gate_up.k_real));
     if (!gu_done || !gate_up.work) throw InvalidArgument("launch_moe_w4a16_fused: no gu_done or claim counters");
-    if (sm_count < 1) throw InvalidArgument("launch_moe_w4a16_fused: no SMs");
     MoeW4A16FusedParams copy{gate_up, down, gu_done};
-    void* args[] = {&copy};
-    runtime::LaunchDims dims;
-    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
-    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
-    dims.smem = k.dynamic_smem;
-    dims.overlap_prior = true;  // the kernel waits for its predecessor (griddepcontrol.wait)
-    runtime::launch(k.kernel, dims, stream, args);
+    launch_persistent(k, &copy, sm_count, stream);
 }
 
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream) {

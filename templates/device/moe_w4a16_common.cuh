@@ -293,6 +293,26 @@ __device__ __forceinline__ void expand_scales(uint2 raw, u32 (&m)[4]) {
     }
 }
 
+// One lane's part of one 16-row block of a record in shared memory: its four weight words (one per
+// k16 step) and its scales expanded to multipliers (expand_scales). w_addr / s_addr: the lane's weight
+// bytes and scale bytes of the block.
+template <int kFormat, bool kWideScale>
+__device__ __forceinline__ void load_block(u32 w_addr, u32 s_addr, u32 (&words)[4], u32 (&m)[4]) {
+    const uint4 wv = lds128(w_addr);
+    words[0] = wv.x;
+    words[1] = wv.y;
+    words[2] = wv.z;
+    words[3] = wv.w;
+    uint2 sv;
+    if constexpr (kFormat == kFormatInt4) {
+        sv = lds64(s_addr);
+    } else {
+        sv.x = lds32(s_addr);
+        sv.y = 0;
+    }
+    expand_scales<kFormat, kWideScale>(sv, m);
+}
+
 template <int kFormat, bool kWideScale>
 __device__ __forceinline__ void dequant_word(u32 w, u32 mg, u32 mg8, u32 (&a)[4]) {
     if constexpr (kFormat == kFormatInt4) {

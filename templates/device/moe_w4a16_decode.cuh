@@ -523,21 +523,8 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 const u32 rec = st + j * kRec;
                 u32 words[2][4], m[2][4];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const uint4 wv = lds128(rec + w_off + h * 512);
-                    words[h][0] = wv.x;
-                    words[h][1] = wv.y;
-                    words[h][2] = wv.z;
-                    words[h][3] = wv.w;
-                    uint2 sv;
-                    if constexpr (kFormat == kFormatInt4) {
-                        sv = lds64(rec + s_off + h * kScB);
-                    } else {
-                        sv.x = lds32(rec + s_off + h * kScB);
-                        sv.y = 0;
-                    }
-                    expand_scales<kFormat, kWideScale>(sv, m[h]);
-                }
+                for (int h = 0; h < 2; ++h)
+                    load_block<kFormat, kWideScale>(rec + w_off + h * 512, rec + s_off + h * kScB, words[h], m[h]);
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     u32 b[kTiles][4];
@@ -619,47 +606,38 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         for (int h = 0; h < 2; ++h) {
             if (!((c_act >> h) & 1)) continue;
             const int rb = 8 * c_sb + 2 * wig + h;
+            // f(tile, e, row) for this lane's accumulator entries of stored rows (row < valid)
+            auto each_row = [&](auto&& f) {
+#pragma unroll
+                for (int ti = 0; ti < kTiles; ++ti)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (8 * ti + 2 * t + e < c_valid) f(ti, e, 8 * ti + 2 * t + e);
+            };
             if (c_gu) {
                 const int col = rb * 8 + g;
-#pragma unroll
-                for (int ti = 0; ti < kTiles; ++ti)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int r = 8 * ti + 2 * t + e;
-                        if (r < c_valid)
-                            p.inter[static_cast<long long>(c_mb * kBM + r) * p.inter_stride + col] =
-                                __float2bfloat16(glu<kAct>(acc[h][ti][e], acc[h][ti][2 + e]));
-                    }
+                each_row([&](int ti, int e, int r) {
+                    p.inter[static_cast<long long>(c_mb * kBM + r) * p.inter_stride + col] =
+                        __float2bfloat16(glu<kAct>(acc[h][ti][e], acc[h][ti][2 + e]));
+                });
             } else if (kMode == 1) {
                 const int n0 = rb * 16 + g;
-#pragma unroll
-                for (int ti = 0; ti < kTiles; ++ti)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int r = 8 * ti + 2 * t + e;
-                        if (r < c_valid) {
-                            float* dst = p.acc + static_cast<long long>(e_tok[ti][e]) * p.acc_stride;
-                            const float wt = e_wt[ti][e];
-                            if (n0 < p.n_real) red_add_f32(dst + n0, wt * acc[h][ti][e]);
-                            if (n0 + 8 < p.n_real) red_add_f32(dst + n0 + 8, wt * acc[h][ti][2 + e]);
-                        }
-                    }
+                each_row([&](int ti, int e, int) {
+                    float* dst = p.acc + static_cast<long long>(e_tok[ti][e]) * p.acc_stride;
+                    const float wt = e_wt[ti][e];
+                    if (n0 < p.n_real) red_add_f32(dst + n0, wt * acc[h][ti][e]);
+                    if (n0 + 8 < p.n_real) red_add_f32(dst + n0 + 8, wt * acc[h][ti][2 + e]);
+                });
                 pend_rb[h] = rb;
             } else {
                 const int n0 = rb * 16 + g;
-#pragma unroll
-                for (int ti = 0; ti < kTiles; ++ti)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int r = 8 * ti + 2 * t + e;
-                        if (r < c_valid) {
-                            const DecodeParams& pd = kFused ? p2 : p;
-                            __nv_bfloat16* dst = pd.out + static_cast<long long>(c_mb * kBM + r) * pd.out_stride;
-                            const float wt = e_wt[ti][e];
-                            if (n0 < pd.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
-                            if (n0 + 8 < pd.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
-                        }
-                    }
+                const DecodeParams& pd = kFused ? p2 : p;
+                each_row([&](int ti, int e, int r) {
+                    __nv_bfloat16* dst = pd.out + static_cast<long long>(c_mb * kBM + r) * pd.out_stride;
+                    const float wt = e_wt[ti][e];
+                    if (n0 < pd.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
+                    if (n0 + 8 < pd.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
+                });
             }
         }
         if (kFused && c_gu) {  // this warp's part of the m-block's intermediate is stored: publish it

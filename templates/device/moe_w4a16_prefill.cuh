@@ -203,21 +203,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
             const u32 stx = sbase + xs * SM::kXTile + r * 128;
             u32 words[kRB][4], m[kRB][4];
 #pragma unroll
-            for (int h = 0; h < kRB; ++h) {
-                const uint4 wv = lds128(st + w_off + h * 512);
-                words[h][0] = wv.x;
-                words[h][1] = wv.y;
-                words[h][2] = wv.z;
-                words[h][3] = wv.w;
-                uint2 sv;
-                if constexpr (kFormat == kFormatInt4) {
-                    sv = lds64(st + s_off + h * kScB);
-                } else {
-                    sv.x = lds32(st + s_off + h * kScB);
-                    sv.y = 0;
-                }
-                expand_scales<kFormat, kWideScale>(sv, m[h]);
-            }
+            for (int h = 0; h < kRB; ++h)
+                load_block<kFormat, kWideScale>(st + w_off + h * 512, st + s_off + h * kScB, words[h], m[h]);
 #pragma unroll
             for (int c = 0; c < 2; ++c) {  // k32 halves of the record
                 u32 a[kRB][2][4];
