@@ -140,6 +140,41 @@ inline std::vector<double> reference_output(moe::W4Format fmt, MoeActivation act
     return out;
 }
 
+// One random layer problem: each expert's checkpoint matrices, both weight kinds in the kernel layout,
+// a routing of `routing` kind, random bf16 activations and the reference output. Seeds follow `seed`;
+// `for_each_expert` as in reference_output (it also generates the matrices).
+struct Problem {
+    std::vector<CheckpointBytes> gate, up, down;
+    moe::PreparedMoeWeights wgu, wdn;
+    Routing routing;
+    std::vector<uint16_t> x;
+    std::vector<double> ref;
+};
+inline Problem make_problem(moe::W4Format fmt, MoeActivation act, int experts, int hidden, int inter,
+                            const std::string& routing, int tokens, int topk, uint64_t seed,
+                            const std::function<void(int, const std::function<void(int)>&)>& for_each_expert) {
+    Problem pb;
+    pb.gate.resize(experts);
+    pb.up.resize(experts);
+    pb.down.resize(experts);
+    for_each_expert(experts, [&](int e) {
+        pb.gate[e] = random_matrix(fmt, inter, hidden, seed * 7 + e * 3);
+        pb.up[e] = random_matrix(fmt, inter, hidden, seed * 7 + e * 3 + 1);
+        pb.down[e] = random_matrix(fmt, hidden, inter, seed * 7 + e * 3 + 2);
+    });
+    pb.wgu = moe::prepare_moe_weights(fmt, moe::W4Layout::decode_mma16, true, experts, inter, hidden,
+                                      [&](int e, int part) { return part == 0 ? pb.gate[e].view() : pb.up[e].view(); });
+    pb.wdn = moe::prepare_moe_weights(fmt, moe::W4Layout::decode_mma16, false, experts, hidden, inter,
+                                      [&](int e, int) { return pb.down[e].view(); });
+    pb.routing = make_routing(routing, tokens, topk, experts, seed + 1);
+    pb.x.resize(size_t(tokens) * hidden);
+    std::mt19937_64 rng(seed + 2);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : pb.x) v = runtime::float_to_bf16(nd(rng));
+    pb.ref = reference_output(fmt, act, hidden, inter, pb.gate, pb.up, pb.down, pb.routing, pb.x, for_each_expert);
+    return pb;
+}
+
 // Elements of a dequantiser's output ([n_pad, k_pad] bf16 in layout row order, expert 0) that differ
 // from the unfused bf16 form of the prepared weights; padding must be exact zeros.
 inline long dequant_mismatches(const moe::PreparedMoeWeights& w, int n, int k, const std::vector<uint16_t>& got) {

@@ -97,27 +97,15 @@ void run_case(const Case& c) {
     CAPTURE(c.name);
     Fixture& fx = fixture();
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
-    std::vector<moe_test::CheckpointBytes> gate(c.experts), up(c.experts), down(c.experts);
-    parallel_for(c.experts, [&](int e) {
-        gate[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3);
-        up[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3 + 1);
-        down[e] = random_matrix(c.fmt, c.hidden, c.inter, seed * 7 + e * 3 + 2);
-    });
-    const moe::PreparedMoeWeights wgu =
-        moe::prepare_moe_weights(c.fmt, moe::W4Layout::decode_mma16, true, c.experts, c.inter, c.hidden,
-                                 [&](int e, int part) { return part == 0 ? gate[e].view() : up[e].view(); });
-    const moe::PreparedMoeWeights wdn = moe::prepare_moe_weights(
-        c.fmt, moe::W4Layout::decode_mma16, false, c.experts, c.hidden, c.inter, [&](int e, int) { return down[e].view(); });
-    const Routing r = make_routing(c.routing, c.tokens, c.topk, c.experts, seed + 1);
-    std::vector<uint16_t> x(size_t(c.tokens) * c.hidden);
-    std::mt19937_64 rng(seed + 2);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : x) v = float_to_bf16(nd(rng));
-
     // Reference: the model's routed experts on the exactly dequantised weights.
-    const std::vector<double> ref = moe_test::reference_output(
-        c.fmt, c.act, c.hidden, c.inter, gate, up, down, r, x,
-        [](int n, const std::function<void(int)>& body) { parallel_for(n, body); });
+    const moe_test::Problem pb =
+        moe_test::make_problem(c.fmt, c.act, c.experts, c.hidden, c.inter, c.routing, c.tokens, c.topk, seed,
+                               [](int n, const std::function<void(int)>& body) { parallel_for(n, body); });
+    const moe::PreparedMoeWeights& wgu = pb.wgu;
+    const moe::PreparedMoeWeights& wdn = pb.wdn;
+    const Routing& r = pb.routing;
+    const std::vector<uint16_t>& x = pb.x;
+    const std::vector<double>& ref = pb.ref;
 
     DeviceMoeWeights dgu = DeviceMoeWeights::upload(wgu), ddn = DeviceMoeWeights::upload(wdn);
     DeviceBuffer dx = to_device(x), dids = to_device(r.ids), dw = to_device(r.weights);

@@ -53,29 +53,17 @@ struct Case {
 void run_case(HostKernelLoader& loader, const Case& c, bool prefill = false) {
     CAPTURE(c.name);
     const uint64_t seed = std::hash<std::string>{}(c.name) & 0xFFFFFF;
-    std::vector<moe_test::CheckpointBytes> gate(c.experts), up(c.experts), down(c.experts);
-    for (int e = 0; e < c.experts; ++e) {
-        gate[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3);
-        up[e] = random_matrix(c.fmt, c.inter, c.hidden, seed * 7 + e * 3 + 1);
-        down[e] = random_matrix(c.fmt, c.hidden, c.inter, seed * 7 + e * 3 + 2);
-    }
-    const moe::PreparedMoeWeights wgu =
-        moe::prepare_moe_weights(c.fmt, moe::W4Layout::decode_mma16, true, c.experts, c.inter, c.hidden,
-                                 [&](int e, int part) { return part == 0 ? gate[e].view() : up[e].view(); });
-    const moe::PreparedMoeWeights wdn = moe::prepare_moe_weights(
-        c.fmt, moe::W4Layout::decode_mma16, false, c.experts, c.hidden, c.inter, [&](int e, int) { return down[e].view(); });
-    const Routing r = make_routing(c.routing, c.tokens, c.topk, c.experts, seed + 1);
-    std::vector<uint16_t> x(size_t(c.tokens) * c.hidden);
-    std::mt19937_64 rng(seed + 2);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : x) v = float_to_bf16(nd(rng));
-
     // Reference: the model's routed experts on the exactly dequantised weights.
-    const std::vector<double> ref = moe_test::reference_output(
-        c.fmt, c.act, c.hidden, c.inter, gate, up, down, r, x,
+    const moe_test::Problem pb = moe_test::make_problem(
+        c.fmt, c.act, c.experts, c.hidden, c.inter, c.routing, c.tokens, c.topk, seed,
         [](int n, const std::function<void(int)>& body) {
             for (int e = 0; e < n; ++e) body(e);
         });
+    const moe::PreparedMoeWeights& wgu = pb.wgu;
+    const moe::PreparedMoeWeights& wdn = pb.wdn;
+    const Routing& r = pb.routing;
+    const std::vector<uint16_t>& x = pb.x;
+    const std::vector<double>& ref = pb.ref;
 
     using Config = MoeW4A16HostConfig;
     const std::vector<Config> configs =
