@@ -51,6 +51,22 @@ WeightFormat to_descriptor_format(moe::W4Format f) {
     return f == moe::W4Format::int4_g32_bf16 ? WeightFormat::int4_g32_bf16 : WeightFormat::mxfp4_g32_e8m0;
 }
 
+// The weight format and matrix shape of a GEMM or dequant descriptor (both targets), checked.
+void take_weight_shape(const KernelDescriptor& in, KernelDescriptor& d) {
+    if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
+        throw InvalidArgument("moe_w4a16: weight format must be int4_g32_bf16 or mxfp4_g32_e8m0");
+    if (in.n <= 0 || in.n % MoeW4A16Family::k_superblock_rows != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: n={} must be the layout's padded row count (a positive "
+                                          "multiple of {}; see PreparedMoeWeights::n_pad)",
+                                          in.n, MoeW4A16Family::k_superblock_rows));
+    if (in.k <= 0 || in.k % 32 != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: k={} must be a positive multiple of the group size 32", in.k));
+    d.weight_format = in.weight_format;
+    d.n = in.n;
+    d.k = in.k;
+    d.act_dtype = runtime::DType::bf16;
+}
+
 // Host target: the fields the host kernels bake in (see the header); the rest stay zero.
 KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     KernelDescriptor d;
@@ -80,18 +96,7 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
         d.config.block_m = static_cast<uint16_t>(routing_block_m(in.config.block_m));
         return d;
     }
-    if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
-        throw InvalidArgument("moe_w4a16: weight format must be int4_g32_bf16 or mxfp4_g32_e8m0");
-    if (in.n <= 0 || in.n % MoeW4A16Family::k_superblock_rows != 0)
-        throw InvalidArgument(fmt::format("moe_w4a16: n={} must be the layout's padded row count (a positive "
-                                          "multiple of {}; see PreparedMoeWeights::n_pad)",
-                                          in.n, MoeW4A16Family::k_superblock_rows));
-    if (in.k <= 0 || in.k % 32 != 0)
-        throw InvalidArgument(fmt::format("moe_w4a16: k={} must be a positive multiple of the group size 32", in.k));
-    d.weight_format = in.weight_format;
-    d.n = in.n;
-    d.k = in.k;
-    d.act_dtype = runtime::DType::bf16;
+    take_weight_shape(in, d);
     if (which == MoeW4A16Kernel::dequant) return d;
     // The prefill kinds are the host gate_up / down rows kernel with block_m 64.
     if (prefill && in.config.block_m != 0 && in.config.block_m != MoeW4A16Family::k_prefill_block_m)
@@ -198,18 +203,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         return d;
     }
 
-    if (in.weight_format != WeightFormat::int4_g32_bf16 && in.weight_format != WeightFormat::mxfp4_g32_e8m0)
-        throw InvalidArgument("moe_w4a16: weight format must be int4_g32_bf16 or mxfp4_g32_e8m0");
-    if (in.n <= 0 || in.n % k_superblock_rows != 0)
-        throw InvalidArgument(fmt::format("moe_w4a16: n={} must be the layout's padded row count (a positive "
-                                          "multiple of {}; see PreparedMoeWeights::n_pad)",
-                                          in.n, k_superblock_rows));
-    if (in.k <= 0 || in.k % 32 != 0)
-        throw InvalidArgument(fmt::format("moe_w4a16: k={} must be a positive multiple of the group size 32", in.k));
-    d.weight_format = in.weight_format;
-    d.n = in.n;
-    d.k = in.k;
-    d.act_dtype = runtime::DType::bf16;
+    take_weight_shape(in, d);
     if (in.weight_format == WeightFormat::mxfp4_g32_e8m0) d.config.flags |= in.config.flags & k_flag_wide_scale;
     if (which == MoeW4A16Kernel::dequant) return d;
 
@@ -251,7 +245,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     if (in.config.flags & k_flag_fused) {
         if (which != MoeW4A16Kernel::gate_up || !dynamic)
             throw InvalidArgument("moe_w4a16: the fused decode kernel is a dynamic-schedule gate_up descriptor");
-        if ((in.n / 2) % (64 * recs) != 0)
+        if (!fusable(in.n, in.k))
             throw InvalidArgument(fmt::format("moe_w4a16: no fused decode kernel for n={} k={}: down's K ({}) is not a "
                                               "multiple of gate_up's {}-input stages",
                                               in.n, in.k, in.n / 2, 64 * recs));
@@ -405,6 +399,11 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
         d.config.flags |= k_flag_rows;
     }
     return MoeW4A16Family().canonicalize(d);
+}
+
+bool MoeW4A16Family::fusable(int n, int k) {
+    const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;
+    return n > 0 && (n / 2) % (64 * recs) == 0;
 }
 
 KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles,

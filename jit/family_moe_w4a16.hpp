@@ -110,6 +110,9 @@ public:
     static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
                                  Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
                                  bool rows = false);
+    // Whether gate_up weights of layout rows n (2 x intermediate) and inputs k have a fused decode
+    // kernel: down's K (n / 2) must be a whole number of gate_up's pipeline stages.
+    static bool fusable(int n, int k);
     // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
     static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target);
     // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows).

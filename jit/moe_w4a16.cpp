@@ -108,11 +108,11 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     const bool int4 = gate_up.format == moe::W4Format::int4_g32_bf16;
     const auto gu_pick = opt.gate_up_schedule, dn_pick = opt.down_schedule;
     // The fused decode kernel (gate_up + down rows in one launch, both dynamic) from fused_min routed
-    // slots; down's K must be a whole number of gate_up's pipeline stages.
-    const int gu_recs = gate_up.k_pad % 128 == 0 ? 2 : 1;
+    // slots, where the shapes allow it.
     const bool fused_possible = opt.fuse && opt.fused_min >= 0 && max_slots >= opt.fused_min &&
                                 gu_pick != MoeW4A16SchedulePick::static_shares &&
-                                dn_pick != MoeW4A16SchedulePick::static_shares && down.k_pad % (64 * gu_recs) == 0;
+                                dn_pick != MoeW4A16SchedulePick::static_shares &&
+                                MoeW4A16Family::fusable(gate_up.n_pad, gate_up.k);
     const bool rows_possible = prefill_possible || decode_rows_possible || fused_possible;  // rows + combine
     gu_dyn_max_slots_ = int4 ? k_gate_up_dynamic_max_slots_int4 : k_gate_up_dynamic_max_slots_mxfp4;
     const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic ||
