@@ -38,6 +38,8 @@ uint32_t checked_kind_bits(const KernelDescriptor& in) {
         throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", f));
     if ((f & MoeW4A16Family::k_flag_prefill) && lo > 1)
         throw InvalidArgument(fmt::format("moe_w4a16: only gate_up and down have a prefill kernel (flags {:#x})", f));
+    if ((f & MoeW4A16Family::k_flag_wgmma) && !(f & MoeW4A16Family::k_flag_prefill))
+        throw InvalidArgument(fmt::format("moe_w4a16: only the prefill GEMMs have a warpgroup-MMA version (flags {:#x})", f));
     return f & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi | MoeW4A16Family::k_flag_prefill);
 }
 
@@ -75,6 +77,7 @@ KernelDescriptor canonicalize_host(const KernelDescriptor& in) {
     d.target = in.target;
     if (in.config.flags & MoeW4A16Family::k_flag_fused)
         throw InvalidArgument("moe_w4a16: the fused decode kernel is a device kernel (host target: gate_up, then down)");
+    // The prefill kinds (either MMA version) are the host gate_up / down rows kernel with block_m 64.
     const uint32_t kind_bits = checked_kind_bits(in) & ~MoeW4A16Family::k_flag_prefill;
     const auto which = MoeW4A16Family::kind(in);
     const bool prefill = MoeW4A16Family::is_prefill(which);
@@ -159,6 +162,20 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
     return s;
 }
 
+// templates/device/moe_w4a16_prefill_wgmma.cuh, PrefillWgmmaSmem<kFormat, recs>: 4 token stages of 64 rows x
+// 128 recs bytes (core-matrix order, no padding), the weight slots, one mbarrier per stage of both rings.
+uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs) {
+    const int x_stages = 4, x_tile = 64 * 128 * recs;
+    return static_cast<uint32_t>(x_stages * x_tile + stages * recs * record_bytes(f) +
+                                 round_up(8 * (stages + x_stages), 128));
+}
+
+int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs) {
+    int s = 24;
+    while (s > 3 && moe_w4a16_prefill_wgmma_smem(f, s, recs) > k_moe_w4a16_prefill_smem_limit) --s;
+    return s;
+}
+
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
     int s = 8;
     while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs) > static_cast<uint32_t>(k_smem_limit)) --s;
@@ -218,11 +235,21 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
         }
         // Two records per K step (block_k 128) halve the per-step fixed work; they need K_pad % 128 == 0.
         const int recs = round_up(in.k, 64) % 128 == 0 ? 2 : 1;
-        const int stages = in.config.stages ? in.config.stages : moe_w4a16_prefill_default_stages(in.weight_format, recs);
-        if (stages < 2 || moe_w4a16_prefill_smem(in.weight_format, stages, recs) > k_moe_w4a16_prefill_smem_limit)
+        const bool wgmma = (in.config.flags & k_flag_wgmma) != 0;
+        if (wgmma && !has_wgmma(in.target))
+            throw InvalidArgument(fmt::format("moe_w4a16: the warpgroup-MMA prefill GEMMs need an sm_90a target, not {}",
+                                              to_string(in.target)));
+        const int min_stages = wgmma ? 3 : 2;
+        const int stages = in.config.stages ? in.config.stages
+                           : wgmma          ? moe_w4a16_prefill_wgmma_default_stages(in.weight_format, recs)
+                                            : moe_w4a16_prefill_default_stages(in.weight_format, recs);
+        const uint32_t smem = wgmma ? moe_w4a16_prefill_wgmma_smem(in.weight_format, stages, recs)
+                                    : moe_w4a16_prefill_smem(in.weight_format, stages, recs);
+        if (stages < min_stages || smem > k_moe_w4a16_prefill_smem_limit)
             throw InvalidArgument(fmt::format("moe_w4a16: {} prefill weight stages of block_k {} do not fit in {} bytes "
-                                              "of shared memory (two CTAs per SM)",
-                                              stages, 64 * recs, k_moe_w4a16_prefill_smem_limit));
+                                              "of shared memory (two CTAs per SM; at least {} stages)",
+                                              stages, 64 * recs, k_moe_w4a16_prefill_smem_limit, min_stages));
+        if (wgmma) d.config.flags |= k_flag_wgmma;
         d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
         d.config.block_n = k_superblock_rows;
         d.config.block_k = static_cast<uint16_t>(64 * recs);
@@ -270,6 +297,8 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::combine: return 0;
         case MoeW4A16Kernel::prefill_gate_up:
         case MoeW4A16Kernel::prefill_down:
+            if (d.config.flags & k_flag_wgmma)
+                return moe_w4a16_prefill_wgmma_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
             return moe_w4a16_prefill_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
         default:
             return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
@@ -302,6 +331,14 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool gate_up = kind(d) == MoeW4A16Kernel::prefill_gate_up;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
+            if (d.config.flags & k_flag_wgmma) {
+                s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_gate_up.cu" : "moe_w4a16_prefill_wgmma_down.cu";
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}>",
+                                          format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
+                                          d.config.stages, d.config.block_k / 64);
+                s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma.cuh\"\n", to_string(d));
+                return s;
+            }
             s.file_name = gate_up ? "moe_w4a16_prefill_gate_up.cu" : "moe_w4a16_prefill_down.cu";
             s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill<{}, {}, {}, {}, {}, 8, {}, 1, {}>",
                                       format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
@@ -414,7 +451,7 @@ KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, M
 }
 
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
-                                              MoeActivation act, Target target) {
+                                              MoeActivation act, Target target, bool wgmma) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
     const bool gate_up = which == MoeW4A16Kernel::prefill_gate_up;
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, gate_up ? "prefill gate_up" : "prefill down");
@@ -427,6 +464,7 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
     if (act == MoeActivation::situ_glu && gate_up) d.config.flags |= k_flag_situ;
     if (!gate_up) d.config.flags |= k_flag_rows;
     if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
+    if (wgmma) d.config.flags |= k_flag_wgmma;
     return MoeW4A16Family().canonicalize(d);
 }
 

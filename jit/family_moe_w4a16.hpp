@@ -14,6 +14,9 @@
 //            block_k 128 (two records per K step) when K padded to 64 is a multiple of 128, else 64
 //   prefill down     (bit 8 + kind down) the same for down, always in the rows mode (flag bit 6 set):
 //            router-weighted bf16 rows for `combine`
+//   Flag bit 10 on a prefill kind names its warpgroup-MMA version (moe_w4a16_prefill_wgmma.cuh, sm_90a
+//   targets only): the same tiles, grid, layout and epilogues, wgmma m64nNk16 with the dequantised
+//   weights in registers; its own shared-memory plan (four token stages, weight refills two steps behind).
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
@@ -69,6 +72,7 @@ public:
     static constexpr uint32_t k_flag_kind_hi = 1u << 7;  // kind bit 2 (combine)
     static constexpr uint32_t k_flag_prefill = 1u << 8;  // gate_up / down: the prefill GEMM
     static constexpr uint32_t k_flag_fused = 1u << 9;    // gate_up (dynamic): gate_up + down rows in one launch
+    static constexpr uint32_t k_flag_wgmma = 1u << 10;   // prefill gate_up / down: warpgroup MMA (sm_90a)
     static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
     static constexpr int k_prefill_block_m = 64;
@@ -115,9 +119,12 @@ public:
     static bool fusable(int n, int k);
     // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
     static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target);
-    // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows).
+    // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows). `wgmma`:
+    // the warpgroup-MMA version (refused unless the target is sm_90a).
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                         Target target);
+                                         Target target, bool wgmma = false);
+    // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).
+    static bool has_wgmma(Target target) { return !target.is_host() && target.arch == 90 && target.suffix == 'a'; }
     static KernelDescriptor combine(Target target);
     // `tiles`: 1, 2, 4 or 8 (block_m 64, the prefill GEMMs' m-blocks).
     static KernelDescriptor routing(int experts, int tiles, Target target);
@@ -134,6 +141,10 @@ uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs);
 constexpr uint32_t k_moe_w4a16_prefill_smem_limit = 114688;
 uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages, int recs);
 int moe_w4a16_prefill_default_stages(WeightFormat f, int recs);
+// The same for the warpgroup-MMA prefill GEMMs (prefill_wgmma_smem_bytes / prefill_wgmma_default_stages of
+// templates/device/moe_w4a16_prefill_wgmma.cuh); at least three weight stages.
+uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs);
+int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams

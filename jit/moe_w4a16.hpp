@@ -67,6 +67,9 @@ struct MoeW4A16Options {
     // 1166 us), loses at 8 (grouped decode) and 44 (EP8 decode, 8.7 rows per active expert). 128 lies
     // between; nothing between 44 and 171 was measured.
     int64_t prefill_min = 128;
+    // The prefill GEMMs as warpgroup MMAs (moe_w4a16_prefill_wgmma.cuh) where the device is sm_90a;
+    // false: the mma.sync version (the only one elsewhere).
+    bool prefill_wgmma = true;
     // Decode calls from fused_min routed slots (M x topk; -1 never) run gate_up and down as one
     // persistent launch (moe_w4a16_decode_fused, both dynamic, down in the rows mode + combine: down
     // items of an m-block start once its gate_up items are done) unless a schedule is forced static.

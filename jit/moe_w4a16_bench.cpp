@@ -325,7 +325,9 @@ void run_bench(const BenchOptions& o) {
         // (its time is the gate_up column; down is then the combine alone), or the decode kernels with
         // their schedules (gate_up/down) and combine path.
         const std::string variant =
-            layer.uses_prefill() ? std::string("prefill bm=64+rows")
+            layer.uses_prefill() ? std::string((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma)
+                                                   ? "prefill wgmma bm=64+rows"
+                                                   : "prefill bm=64+rows")
             : layer.uses_fused() ? fmt::format("decode bm={} fused+rows", 8 * layer.tiles())
                                  : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(),
                                                layer.gate_up_dynamic() ? "dyn" : "static",
@@ -410,6 +412,9 @@ void add_moe_bench(CLI::App& bench) {
                     "GEMMs (block_m 64, rows + combine); -1 never, 0 always")
         ->envname("KILN_BENCH_MOE_PREFILL_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+    cmd->add_option("--prefill-wgmma", opts->layer.prefill_wgmma,
+                    "prefill GEMMs as warpgroup MMAs on sm_90a (false: the mma.sync version)")
+        ->envname("KILN_BENCH_MOE_PREFILL_WGMMA");
     cmd->add_option("--fuse", opts->layer.fuse,
                     "decode from --fused-min routed slots: gate_up and down (dynamic, rows + combine) in one persistent launch")
         ->envname("KILN_BENCH_MOE_FUSE");

@@ -121,6 +121,7 @@ void run_case(const Case& c) {
         int64_t prefill_min;  // -1: the decode kernels only
         int max_tokens_factor;  // workspace for this many times the call's tokens
         bool fuse = true;       // the fused decode kernel where the rows path meets the dynamic gate_up
+        bool wgmma = true;      // prefill: the warpgroup-MMA GEMMs (sm_90a), else the mma.sync ones
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -135,6 +136,7 @@ void run_case(const Case& c) {
         {"dynamic, rows + combine, unfused", P::dynamic, P::dynamic, -1, -1, 1, 0, -1, 1, false},
         {"prefill (forced)", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1},
         {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, -1, 1, -1, 0, 3},
+        {"prefill (forced), mma.sync", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, false},
     };
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
@@ -151,6 +153,7 @@ void run_case(const Case& c) {
         opt.rows_combine_min = cfg.rows_min;
         opt.prefill_min = cfg.prefill_min;
         opt.fuse = cfg.fuse;
+        opt.prefill_wgmma = cfg.wgmma;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
@@ -173,6 +176,9 @@ void run_case(const Case& c) {
                 CHECK(MoeW4A16Family::kind(layer.gate_up_kernel().desc) == MoeW4A16Kernel::prefill_gate_up);
                 CHECK(MoeW4A16Family::kind(layer.down_kernel().desc) == MoeW4A16Kernel::prefill_down);
                 CHECK(layer.routing_kernel().desc.config.block_m == 64);
+                const bool wgmma = cfg.wgmma && MoeW4A16Family::has_wgmma(fx.disp->device_target());
+                CHECK(((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
+                CHECK(((layer.down_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
             }
             const std::vector<uint16_t> got = to_host<uint16_t>(dout);
             const moe_test::OutputError err = moe_test::output_error(got, ref);

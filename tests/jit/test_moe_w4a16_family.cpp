@@ -55,6 +55,17 @@ std::string prefill_smem_checks(const KernelDescriptor& d) {
            std::to_string(moe_w4a16_prefill_default_stages(d.weight_format, recs)) + ", \"family prefill stages\");\n";
 }
 
+// The same for a warpgroup-MMA prefill descriptor.
+std::string prefill_wgmma_smem_checks(const KernelDescriptor& d) {
+    const int recs = d.config.block_k / 64;
+    const std::string args = std::string(dev_format(d.weight_format)) + ", " + std::to_string(recs);
+    return "\nstatic_assert(kiln_dev::moe::prefill_wgmma_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) +
+           ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family wgmma prefill smem\");\n" +
+           "static_assert(kiln_dev::moe::prefill_wgmma_default_stages<" + args + ">() == " +
+           std::to_string(moe_w4a16_prefill_wgmma_default_stages(d.weight_format, recs)) +
+           ", \"family wgmma prefill stages\");\n";
+}
+
 // The same for a decode GEMM descriptor.
 std::string decode_smem_checks(const KernelDescriptor& d) {
     const std::string f = dev_format(d.weight_format);
@@ -324,6 +335,64 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(r.config.block_m == 64);
     CHECK(MoeW4A16Family().device_source(r).name_expr == "&kiln_dev::moe::moe_w4a16_routing<64>");
     CHECK(MoeW4A16Family().canonicalize(r) == r);
+}
+
+TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
+    const auto dn = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 3072);
+    CHECK(MoeW4A16Family::has_wgmma(k_h200));
+    CHECK(!MoeW4A16Family::has_wgmma(Target::sm(90)));
+    CHECK(!MoeW4A16Family::has_wgmma(Target::sm(89)));
+    CHECK(!MoeW4A16Family::has_wgmma(Target::host_target()));
+
+    const KernelDescriptor g =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200, true);
+    CHECK(MoeW4A16Family::kind(g) == MoeW4A16Kernel::prefill_gate_up);
+    CHECK((g.config.flags & MoeW4A16Family::k_flag_wgmma) != 0);
+    CHECK(g.config.block_m == 64);
+    CHECK(g.config.block_k == 128);
+    CHECK(g.config.ctas_per_sm == 2);
+    // 4 token stages of 16 KB, then 9,216-byte weight slots: five fit under 112 KB (111,744 B)
+    CHECK(g.config.stages == 5);
+    CHECK(MoeW4A16Family().max_dynamic_smem(g) == 111744u);
+    CHECK(MoeW4A16Family().canonicalize(g) == g);
+    const KernelDescriptor mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200);
+    CHECK(!(g == mma));  // two kernels, two cache entries
+    CHECK(MoeW4A16Family().device_source(g).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2>");
+    CHECK(MoeW4A16Family().device_source(g).file_name == "moe_w4a16_prefill_wgmma_gate_up.cu");
+
+    const KernelDescriptor d =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, MoeActivation::situ_glu, k_h200, true);
+    CHECK((d.config.flags & MoeW4A16Family::k_flag_rows) != 0);
+    CHECK(MoeW4A16Family().device_source(d).name_expr.find("moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatMxfp4, false, 2, 0") !=
+          std::string::npos);
+    const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
+    const KernelDescriptor h =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200, true);
+    CHECK(h.config.block_k == 64);  // one record per step: a single A buffer
+
+    // Not on other targets; a stage count under three is refused; only the prefill kinds have the flag.
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu,
+                                                 Target::sm(90), true),
+                    kiln::InvalidArgument);
+    KernelDescriptor two = g;
+    two.config.stages = 2;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(two), kiln::InvalidArgument);
+    KernelDescriptor decode_wgmma = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 4, k_h200);
+    decode_wgmma.config.flags |= MoeW4A16Family::k_flag_wgmma;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(decode_wgmma), kiln::InvalidArgument);
+    // The host target runs the same computation with its own prefill GEMM: the flag does not split its cache.
+    KernelDescriptor host_g = g;
+    host_g.target = Target::host_target();
+    KernelDescriptor host_mma = mma;
+    host_mma.target = Target::host_target();
+    CHECK(MoeW4A16Family().canonicalize(host_g) == MoeW4A16Family().canonicalize(host_mma));
+
+    for (const KernelDescriptor& k : {g, d, h}) {
+        CAPTURE(to_string(k));
+        check_cubin(compile(k, prefill_wgmma_smem_checks(k)), "moe_w4a16_prefill_wgmma");
+    }
 }
 
 TEST_CASE("moe_w4a16: bad prefill descriptors are refused; the host target maps them to its GEMMs") {

@@ -1,0 +1,234 @@
+// moe_w4a16 prefill GEMM with warpgroup MMA (indexed mode, sm_90a only): the same tiles, grid, weight
+// layout (decode_mma16), parameters and epilogues as moe_w4a16_prefill (kRB 1, block_m 64), with the
+// MMAs issued as wgmma.mma_async: the dequantised weights are the register A operand of m64nNk16
+// (warp w of warpgroup v supplies row-block 4v + w, its m16n8k16 A fragment as the decode layout stores
+// it), the m-block's gathered token rows the shared-memory B operand (K-major, no swizzle: 8-row x
+// 16-byte core matrices, the 8-row groups of a stage kCpr x 128 bytes apart). N = 16, 32, 48 or 64,
+// picked per m-block from its row count (warpgroup-uniform), so a part-filled m-block does not pay
+// for 64 token columns.
+//
+// Pipelining (wgmma is asynchronous): each 64-wide record is one commit group of four k16 wgmmas; the
+// next record's shared-memory loads and dequantisation run while it is in flight (A registers double
+// buffered by record parity; wait_group 1 after each commit retires the record before). The last
+// record of a step may still be reading its slots during the next step, so a step refills the slots
+// of the step two back (after the CTA barrier, every warp has retired it): kStages - 2 weight steps and
+// kXS - 2 token steps are prefetched. One record per step (K padded to 64 but not to 128) uses a single
+// A buffer and waits for each group (wait_group 0).
+#pragma once
+
+#include "device/moe_w4a16_prefill.cuh"
+#include "device/wgmma.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+// Shared memory: [kXS token tiles (64 rows x 128 kRecs bytes, core-matrix order) | kStages weight slots
+// of kRecs records | mbarriers (tokens, then weights)].
+template <int kFormat, int kRecs>
+struct PrefillWgmmaSmem {
+    using LB = LayoutBytes<kFormat, kDecodeBlocks>;
+    static constexpr int kRec = LB::kRecordBytes;
+    static constexpr int kWSlot = kRecs * kRec;
+    static constexpr int kXTile = 64 * 128 * kRecs;
+    static constexpr int kXStages = 4;
+    static constexpr int kOffW = kXStages * kXTile;
+};
+
+template <int kFormat, int kRecs>
+__host__ __device__ constexpr int prefill_wgmma_smem_bytes(int stages) {
+    using SM = PrefillWgmmaSmem<kFormat, kRecs>;
+    return SM::kOffW + stages * SM::kWSlot + ((8 * (stages + SM::kXStages) + 127) / 128) * 128;
+}
+template <int kFormat, int kRecs>
+__host__ __device__ constexpr int prefill_wgmma_default_stages() {
+    int s = 24;
+    while (s > 3 && prefill_wgmma_smem_bytes<kFormat, kRecs>(s) > kPrefillSmemLimit) --s;
+    return s;
+}
+
+// The four k16 wgmmas of one record: D[64 rows x 16 nsel tokens] += A (a[s], k16 step s) * B.
+template <int kN>
+__device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4][4], u32 bx, u32 sbo) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+        wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], wgmma::desc_noswizzle(bx + 256 * s, 128, sbo));
+}
+
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs>
+__global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(const DecodeParams p) {
+    static_assert(kRecs == 1 || kRecs == 2, "one or two records per step");
+    static_assert(kStages >= 3, "at least three weight stages (refills run two steps behind)");
+    static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
+    using SM = PrefillWgmmaSmem<kFormat, kRecs>;
+    using LB = typename SM::LB;
+    constexpr int kBM = 64;
+    constexpr int kXS = SM::kXStages;
+    constexpr int kRec = SM::kRec;
+    constexpr int kScB = LB::kScaleBytesPerBlock;
+    constexpr int kWB = LB::kWeightBytes;
+    constexpr int kWSlot = SM::kWSlot;
+    constexpr int kCpr = 8 * kRecs;                     // 16-byte chunks per token row and step
+    constexpr int kCpt = kBM * kCpr / kPrefillThreads;  // chunks per thread and step (2 or 4)
+    constexpr int kRowStep = kPrefillThreads / kCpr;    // rows between a thread's chunks
+    constexpr u32 kSbo = kCpr * 128;                    // bytes between 8-row groups of a token tile
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    const int nsb = p.n_pad >> 7;
+    const int mb = static_cast<int>(blockIdx.x) / nsb;
+    const int sb = static_cast<int>(blockIdx.x) - mb * nsb;
+    if (mb >= *p.num_mblocks) return;
+    const int nq = p.k_pad >> 6;
+    const int nst = nq / kRecs;
+    const int2 info = __ldg(p.mblock_info + mb);
+    const int valid = info.y;
+    const int ntiles = (valid + 7) >> 3;
+    const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
+
+    const u32 sbase = smem_addr(smem_raw);
+    const u32 wbase = sbase + SM::kOffW;
+    const u32 xbars = wbase + kStages * kWSlot;
+    const u32 wbars = xbars + 8 * kXS;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < kXS; ++s) mbar_init(xbars + 8 * s, kPrefillThreads);
+        for (int s = 0; s < kStages; ++s) mbar_init(wbars + 8 * s, 1);
+        fence_mbar_init();
+    }
+
+    // Token copies: 8 consecutive threads fill one core matrix (8 rows x 16 bytes, conflict-free).
+    const int kc = (tid >> 3) % kCpr;
+    const int row0 = ((tid >> 3) / kCpr) * 8 + (tid & 7);
+    int srow[kCpt];
+#pragma unroll
+    for (int h = 0; h < kCpt; ++h) {
+        const int row = row0 + kRowStep * h;
+        srow[h] = -1;
+        if (row < valid) srow[h] = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+    }
+    const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb) * nq * kRec;
+    __syncthreads();
+
+    auto produce_x = [&](int q, int slot) {
+        const u32 st = sbase + slot * SM::kXTile;
+#pragma unroll
+        for (int h = 0; h < kCpt; ++h) {
+            if (srow[h] >= 0) {
+                const int row = row0 + kRowStep * h;
+                int bytes = 16;
+                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 * kRecs + kc * 8)) * 2));
+                const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 * kRecs + kc * 8;
+                cp_async16(st + ((row >> 3) * kCpr + kc) * 128 + (row & 7) * 16,
+                           bytes ? static_cast<const void*>(src) : static_cast<const void*>(p.x), bytes);
+            }
+        }
+        cp_async_mbar_arrive(xbars + 8 * slot);
+    };
+    auto produce_w = [&](int q, int slot) {
+        const u32 bar = wbars + 8 * slot;
+        mbar_arrive_expect_tx(bar, kWSlot);
+        bulk_g2s(wbase + slot * kWSlot, wrec + static_cast<u64>(q) * kWSlot, kWSlot, bar);
+    };
+
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+
+    const u32 w_off = warp * 512 + lane * 16;
+    const u32 s_off = kWB + warp * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < kStages - 2 && s < nst; ++s) produce_w(s, s);
+    }
+#pragma unroll 1
+    for (int s = 0; s < kXS - 2 && s < nst; ++s) produce_x(s, s);
+
+    constexpr int kBufs = kRecs == 2 ? 2 : 1;
+    u32 a[kBufs][4][4];
+    int ws = 0, xs = 0;
+    u32 wph = 0, xph = 0;
+    int wp = kStages - 2, xp = kXS - 2;  // slots refilled this step: those of the step two back
+    wgmma::fence();
+#pragma unroll 1
+    for (int i = 0; i < nst; ++i) {
+        mbar_wait(wbars + 8 * ws, wph);
+        mbar_wait(xbars + 8 * xs, xph);
+        __syncthreads();  // every warp has retired the wgmmas of step i - 2, which read the slots refilled here
+        if (tid == 0 && i + kStages - 2 < nst) produce_w(i + kStages - 2, wp);
+        if (i + kXS - 2 < nst) produce_x(i + kXS - 2, xp);
+#pragma unroll
+        for (int r = 0; r < kRecs; ++r) {
+            const u32 st = wbase + ws * kWSlot + r * kRec;
+            const u32 bx = sbase + xs * SM::kXTile + r * 1024;  // record r: core-matrix chunks 8r .. 8r + 7
+            u32 words[4], m[4];
+            load_block<kFormat, kWideScale>(st + w_off, st + s_off, words, m);
+            u32(&ar)[4][4] = a[r % kBufs];
+#pragma unroll
+            for (int s = 0; s < 4; ++s) dequant_word<kFormat, kWideScale>(words[s], m[(s >> 1) * 2], m[(s >> 1) * 2 + 1], ar[s]);
+            wgmma::fence();
+            switch (nsel) {
+                case 1: prefill_record_mma<16>(acc, ar, bx, kSbo); break;
+                case 2: prefill_record_mma<32>(acc, ar, bx, kSbo); break;
+                case 3: prefill_record_mma<48>(acc, ar, bx, kSbo); break;
+                default: prefill_record_mma<64>(acc, ar, bx, kSbo); break;
+            }
+            wgmma::commit();
+            if constexpr (kBufs == 2) {
+                wgmma::wait<1>();
+            } else {
+                wgmma::wait<0>();
+            }
+        }
+        if (++ws == kStages) {
+            ws = 0;
+            wph ^= 1u;
+        }
+        if (++xs == kXS) {
+            xs = 0;
+            xph ^= 1u;
+        }
+        wp = wp + 1 == kStages ? 0 : wp + 1;
+        xp = xp + 1 == kXS ? 0 : xp + 1;
+    }
+    wgmma::wait<0>();
+    wgmma::fence_acc(acc);
+
+    // Epilogue as in moe_w4a16_prefill (kRB 1): accumulators 4j .. 4j + 3 are token tile j of row-block
+    // `warp`; a lane holds (row g, tokens 8j + 2t, +1) and (row g + 8, same tokens).
+    const int odd = g & 1;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (j >= ntiles) continue;
+        const int r = 8 * j + 2 * t + odd;
+        const long long pos = static_cast<long long>(mb) * kBM + r;
+        const int rb = 8 * sb + warp;
+        if constexpr (kMode == 0) {
+            const float v0 = glu<kAct>(acc[4 * j + 0], acc[4 * j + 2]);
+            const float v1 = glu<kAct>(acc[4 * j + 1], acc[4 * j + 3]);
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+            const int col = rb * 8 + g - odd;
+            if (r < valid)
+                *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
+                    odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
+        } else {
+            const float wt = r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                const int col = rb * 16 + 8 * half + g - odd;
+                const float lo = odd ? other : v0, hi = odd ? v1 : other;
+                if (r < valid && col < p.n_real)
+                    *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
+            }
+        }
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev
