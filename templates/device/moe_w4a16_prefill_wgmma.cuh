@@ -2,8 +2,8 @@
 // layout (decode_mma16), parameters and epilogues as moe_w4a16_prefill (kRB 1, block_m 64), with the
 // MMAs issued as wgmma.mma_async: the dequantised weights are the register A operand of m64nNk16
 // (warp w of warpgroup v supplies row-block 4v + w, its m16n8k16 A fragment as the decode layout stores
-// it), the m-block's gathered token rows the shared-memory B operand (K-major, no swizzle: 8-row x
-// 16-byte core matrices, the 8-row groups of a stage kCpr x 128 bytes apart). N = 16, 32, 48 or 64,
+// it), the m-block's gathered token rows the shared-memory B operand (K-major, 128-byte swizzle: per
+// 64-wide record, 8-row atoms of 1024 bytes). N = 16, 32, 48 or 64,
 // picked per m-block from its row count (warpgroup-uniform), so a part-filled m-block does not pay
 // for 64 token columns.
 //
@@ -22,7 +22,7 @@
 namespace kiln_dev {
 namespace moe {
 
-// Shared memory: [kXS token tiles (64 rows x 128 kRecs bytes, core-matrix order) | kStages weight slots
+// Shared memory: [kXS token tiles (kRecs records x 64 rows x 128 bytes, 128-byte swizzle) | kStages weight slots
 // of kRecs records | mbarriers (tokens, then weights)].
 template <int kFormat, int kRecs>
 struct PrefillWgmmaSmem {
@@ -47,11 +47,12 @@ __host__ __device__ constexpr int prefill_wgmma_default_stages() {
 }
 
 // The four k16 wgmmas of one record: D[64 rows x 16 nsel tokens] += A (a[s], k16 step s) * B.
+// desc: the descriptor of k16 step 0; step s starts 32 bytes further into the swizzled rows (2 in the
+// descriptor's address field).
 template <int kN>
-__device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4][4], u32 bx, u32 sbo) {
+__device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4][4], u64 desc) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s)
-        wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], wgmma::desc_noswizzle(bx + 256 * s, 128, sbo));
+    for (int s = 0; s < 4; ++s) wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], desc + 2 * s);
 }
 
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs>
@@ -67,12 +68,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     constexpr int kScB = LB::kScaleBytesPerBlock;
     constexpr int kWB = LB::kWeightBytes;
     constexpr int kWSlot = SM::kWSlot;
-    constexpr int kCpr = 8 * kRecs;                     // 16-byte chunks per token row and step
-    constexpr int kCpt = kBM * kCpr / kPrefillThreads;  // chunks per thread and step (2 or 4)
-    constexpr int kRowStep = kPrefillThreads / kCpr;    // rows between a thread's chunks
-    constexpr u32 kSbo = kCpr * 128;                    // bytes between 8-row groups of a token tile
+    constexpr int kCpt = 2 * kRecs;  // 16-byte token chunks per thread and step
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -90,6 +88,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
 
     const u32 sbase = smem_addr(smem_raw);
+    if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment (no static smem)
     const u32 wbase = sbase + SM::kOffW;
     const u32 xbars = wbase + kStages * kWSlot;
     const u32 wbars = xbars + 8 * kXS;
@@ -101,29 +100,35 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     }
 
     // Token copies: 8 consecutive threads fill one core matrix (8 rows x 16 bytes, conflict-free).
-    const int kc = (tid >> 3) % kCpr;
-    const int row0 = ((tid >> 3) / kCpr) * 8 + (tid & 7);
-    int srow[kCpt];
+    // Token copies: 8 consecutive threads copy one row's 128 bytes of a record (one L2 line per 8 lanes).
+    // Chunk h of a thread is row (tid / 8) + 32 (h % 2) of record h / 2; the tile is K-major with the
+    // 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8) of the row; 8-row atoms of 1024 bytes), so
+    // the 8 lanes of a row also write 8 different bank groups. Source pointers are computed once.
+    const int c = tid & 7;
+    const __nv_bfloat16* src[kCpt];
 #pragma unroll
     for (int h = 0; h < kCpt; ++h) {
-        const int row = row0 + kRowStep * h;
-        srow[h] = -1;
-        if (row < valid) srow[h] = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+        const int row = (tid >> 3) + 32 * (h & 1);
+        src[h] = nullptr;
+        if (row < valid) {
+            const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+            src[h] = p.x + static_cast<long long>(sr) * p.x_stride + (h >> 1) * 64 + c * 8;
+        }
     }
+    const int r8 = (tid >> 3) & 7;
+    const u32 x_dst = (tid >> 6) * 1024 + r8 * 128 + ((c ^ r8) << 4);  // + 4096 h: 32 rows on, then the next record
     const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb) * nq * kRec;
     __syncthreads();
 
     auto produce_x = [&](int q, int slot) {
-        const u32 st = sbase + slot * SM::kXTile;
+        const u32 st = sbase + slot * SM::kXTile + x_dst;
 #pragma unroll
         for (int h = 0; h < kCpt; ++h) {
-            if (srow[h] >= 0) {
-                const int row = row0 + kRowStep * h;
+            if (src[h] != nullptr) {
                 int bytes = 16;
-                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 * kRecs + kc * 8)) * 2));
-                const __nv_bfloat16* src = p.x + static_cast<long long>(srow[h]) * p.x_stride + q * 64 * kRecs + kc * 8;
-                cp_async16(st + ((row >> 3) * kCpr + kc) * 128 + (row & 7) * 16,
-                           bytes ? static_cast<const void*>(src) : static_cast<const void*>(p.x), bytes);
+                if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 * kRecs + (h >> 1) * 64 + c * 8)) * 2));
+                cp_async16(st + h * 4096, bytes ? static_cast<const void*>(src[h] + q * 64 * kRecs) : static_cast<const void*>(p.x),
+                           bytes);
             }
         }
         cp_async_mbar_arrive(xbars + 8 * slot);
@@ -149,6 +154,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     for (int s = 0; s < kXS - 2 && s < nst; ++s) produce_x(s, s);
 
     constexpr int kBufs = kRecs == 2 ? 2 : 1;
+    const u64 desc_x = wgmma::desc_sw128(sbase);  // token tile of slot 0, record 0, k16 step 0
     u32 a[kBufs][4][4];
     int ws = 0, xs = 0;
     u32 wph = 0, xph = 0;
@@ -161,22 +167,26 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
         __syncthreads();  // every warp has retired the wgmmas of step i - 2, which read the slots refilled here
         if (tid == 0 && i + kStages - 2 < nst) produce_w(i + kStages - 2, wp);
         if (i + kXS - 2 < nst) produce_x(i + kXS - 2, xp);
+        const u32 st0 = wbase + ws * kWSlot;
+        u32 words[kRecs][4], m[kRecs][4];
+        load_block<kFormat, kWideScale>(st0 + w_off, st0 + s_off, words[0], m[0]);
 #pragma unroll
         for (int r = 0; r < kRecs; ++r) {
-            const u32 st = wbase + ws * kWSlot + r * kRec;
-            const u32 bx = sbase + xs * SM::kXTile + r * 1024;  // record r: core-matrix chunks 8r .. 8r + 7
-            u32 words[4], m[4];
-            load_block<kFormat, kWideScale>(st + w_off, st + s_off, words, m);
+            // record r: core-matrix chunks 8r .. 8r + 7 of the token tile
+            const u64 desc = desc_x + ((xs * SM::kXTile + r * kBM * 128) >> 4);
             u32(&ar)[4][4] = a[r % kBufs];
 #pragma unroll
-            for (int s = 0; s < 4; ++s) dequant_word<kFormat, kWideScale>(words[s], m[(s >> 1) * 2], m[(s >> 1) * 2 + 1], ar[s]);
+            for (int s = 0; s < 4; ++s)
+                dequant_word<kFormat, kWideScale>(words[r][s], m[r][(s >> 1) * 2], m[r][(s >> 1) * 2 + 1], ar[s]);
             wgmma::fence();
             switch (nsel) {
-                case 1: prefill_record_mma<16>(acc, ar, bx, kSbo); break;
-                case 2: prefill_record_mma<32>(acc, ar, bx, kSbo); break;
-                case 3: prefill_record_mma<48>(acc, ar, bx, kSbo); break;
-                default: prefill_record_mma<64>(acc, ar, bx, kSbo); break;
+                case 1: prefill_record_mma<16>(acc, ar, desc); break;
+                case 2: prefill_record_mma<32>(acc, ar, desc); break;
+                case 3: prefill_record_mma<48>(acc, ar, desc); break;
+                default: prefill_record_mma<64>(acc, ar, desc); break;
             }
+            // the next record's shared-memory loads go out before this warp waits for the tensor core
+            if (r + 1 < kRecs) load_block<kFormat, kWideScale>(st0 + (r + 1) * kRec + w_off, st0 + (r + 1) * kRec + s_off, words[r + 1], m[r + 1]);
             wgmma::commit();
             if constexpr (kBufs == 2) {
                 wgmma::wait<1>();

@@ -17,6 +17,14 @@ __device__ __forceinline__ u64 desc_noswizzle(u32 saddr, u32 lbo, u32 sbo) {
            (static_cast<u64>(sbo >> 4) << 32);
 }
 
+// K-major descriptor with the 128-byte swizzle: rows of 128 bytes, 8-row atoms of 1024 bytes (the atom
+// 1024-byte aligned), chunk c of row r stored at chunk c ^ (r % 8). Advancing K by 16 bf16 inside a row
+// adds 32 bytes to the start address; the leading offset is unused.
+__device__ __forceinline__ u64 desc_sw128(u32 saddr) {
+    return static_cast<u64>((saddr & 0x3FFFFu) >> 4) | (static_cast<u64>(1) << 16) | (static_cast<u64>(1024 >> 4) << 32) |
+           (static_cast<u64>(1) << 62);
+}
+
 // Orders this thread's earlier register writes (A fragments, accumulators) before the next wgmma.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
