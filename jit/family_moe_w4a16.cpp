@@ -176,6 +176,14 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs) {
     return s;
 }
 
+int prefill_superblocks_per_cta(int n, int k) {
+    const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;
+    const int steps = round_up(k, 64) / (64 * recs);
+    int c = 1;
+    while (c < 8 && 2 * c * steps <= 16) c *= 2;
+    return std::min(c, n / MoeW4A16Family::k_superblock_rows);
+}
+
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
     int s = 8;
     while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs) > static_cast<uint32_t>(k_smem_limit)) --s;
@@ -251,7 +259,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
                                               stages, 64 * recs, k_moe_w4a16_prefill_smem_limit, min_stages));
         if (wgmma) d.config.flags |= k_flag_wgmma;
         d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
-        d.config.block_n = k_superblock_rows;
+        d.config.block_n = static_cast<uint16_t>(k_superblock_rows * (wgmma ? prefill_superblocks_per_cta(in.n, in.k) : 1));
         d.config.block_k = static_cast<uint16_t>(64 * recs);
         d.config.stages = static_cast<uint8_t>(stages);
         d.config.ctas_per_sm = 2;
@@ -292,7 +300,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
 
 uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
     switch (kind(d)) {
-        case MoeW4A16Kernel::routing: return static_cast<uint32_t>(2 * 4 * d.experts);
+        case MoeW4A16Kernel::routing: return static_cast<uint32_t>(3 * 4 * d.experts);
         case MoeW4A16Kernel::dequant:
         case MoeW4A16Kernel::combine: return 0;
         case MoeW4A16Kernel::prefill_gate_up:
@@ -333,9 +341,9 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
             if (d.config.flags & k_flag_wgmma) {
                 s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_gate_up.cu" : "moe_w4a16_prefill_wgmma_down.cu";
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}>",
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>",
                                           format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
-                                          d.config.stages, d.config.block_k / 64);
+                                          d.config.stages, d.config.block_k / 64, d.config.block_n / k_superblock_rows);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma.cuh\"\n", to_string(d));
                 return s;
             }
@@ -543,10 +551,10 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
         throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: weights [{}, {}] do not match kernel {}", p.n_pad,
                                           p.k_real, to_string(k.desc)));
     if (mblock_cap < 0) throw InvalidArgument("launch_moe_w4a16_prefill: negative m-block capacity");
-    const int64_t ctas = static_cast<int64_t>(mblock_cap) * (p.n_pad / MoeW4A16Family::k_superblock_rows);
+    const int cols = (p.n_pad + k.desc.config.block_n - 1) / k.desc.config.block_n;  // CTAs per m-block
+    const int64_t ctas = static_cast<int64_t>(mblock_cap) * cols;
     if (ctas > 0x7fffffff)
-        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} m-blocks x {} super-blocks exceed the grid",
-                                          mblock_cap, p.n_pad / MoeW4A16Family::k_superblock_rows));
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} m-blocks x {} CTAs exceed the grid", mblock_cap, cols));
     if (ctas == 0) return;
     MoeW4A16DecodeParams copy = p;
     void* args[] = {&copy};
@@ -557,6 +565,10 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
     runtime::launch(k.kernel, dims, stream, args);
 }
 
+int moe_w4a16_routing_ctas(int64_t slots) {
+    return static_cast<int>(std::clamp<int64_t>(slots / 2048, 1, 32));
+}
+
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream) {
     expect_kind(k, MoeW4A16Kernel::routing, "launch_moe_w4a16_routing");
     if (p.num_experts != k.desc.experts)
@@ -565,6 +577,7 @@ void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams
     MoeW4A16RoutingParams copy = p;
     void* args[] = {&copy};
     runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(moe_w4a16_routing_ctas(static_cast<int64_t>(p.num_tokens) * p.topk)), 1, 1};
     dims.block = {1024, 1, 1};
     dims.smem = k.dynamic_smem;
     runtime::launch(k.kernel, dims, stream, args);

@@ -15,8 +15,9 @@
 //   prefill down     (bit 8 + kind down) the same for down, always in the rows mode (flag bit 6 set):
 //            router-weighted bf16 rows for `combine`
 //   Flag bit 10 on a prefill kind names its warpgroup-MMA version (moe_w4a16_prefill_wgmma.cuh, sm_90a
-//   targets only): the same tiles, grid, layout and epilogues, wgmma m64nNk16 with the dequantised
-//   weights in registers; its own shared-memory plan (four token stages, weight refills two steps behind).
+//   targets only): the same tiles, layout and epilogues, wgmma m64nNk16 with the dequantised weights in
+//   registers; its own shared-memory plan (four token stages, weight refills two steps behind); block_n
+//   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K).
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
@@ -145,6 +146,9 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs);
 // templates/device/moe_w4a16_prefill_wgmma.cuh); at least three weight stages.
 uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs);
 int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs);
+// 128-row super-blocks per CTA of the warpgroup-MMA prefill GEMMs (block_n / 128): the largest power of two
+// up to 8 that keeps a CTA at 16 K steps or fewer (1 from 16 steps, i.e. K >= 2048), at most n / 128.
+int prefill_superblocks_per_cta(int n, int k);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
@@ -220,6 +224,9 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
 void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
                             CUdeviceptr gu_done, int sm_count, CUstream stream);
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream);
+// The routing launch's CTAs: one up to 4095 routed slots, then one per 2048 (at most 32); each counts
+// every slot and scatters its share (templates/device/moe_w4a16_routing.cuh).
+int moe_w4a16_routing_ctas(int64_t slots);
 void launch_moe_w4a16_routing(const LoadedKernel& k, const MoeW4A16RoutingParams& p, CUstream stream);
 void launch_moe_w4a16_dequant(const LoadedKernel& k, const MoeW4A16DequantParams& p, CUstream stream);
 void launch_moe_w4a16_combine(const LoadedKernel& k, const MoeW4A16CombineParams& p, int sm_count, CUstream stream);

@@ -49,15 +49,22 @@ __host__ __device__ constexpr int prefill_wgmma_default_stages() {
 // The four k16 wgmmas of one record: D[64 rows x 16 nsel tokens] += A (a[s], k16 step s) * B.
 // desc: the descriptor of k16 step 0; step s starts 32 bytes further into the swizzled rows (2 in the
 // descriptor's address field).
+// first: the accumulators start from zero (scale-d 0 on step 0), so they are never rewritten by ordinary
+// instructions between super-blocks.
 template <int kN>
-__device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4][4], u64 desc) {
+__device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4][4], u64 desc, bool first) {
+    wgmma::MmaRS<kN>::run(acc, a[0][0], a[0][1], a[0][2], a[0][3], desc, first ? 0 : 1);
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], desc + 2 * s);
+    for (int s = 1; s < 4; ++s) wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], desc + 2 * s, 1);
 }
 
-template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs>
+// kNsb: 128-row super-blocks per CTA, one after another (weights streamed through one ring, the
+// accumulators stored after each super-block); more than one for short K (TP-sliced down: K 256), where
+// one super-block is only a few steps and a CTA per super-block would be mostly prologue and epilogue.
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs, int kNsb = 1>
 __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(const DecodeParams p) {
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per step");
+    static_assert(kNsb >= 1 && kNsb <= 16, "1 to 16 super-blocks per CTA");
     static_assert(kStages >= 3, "at least three weight stages (refills run two steps behind)");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
     using SM = PrefillWgmmaSmem<kFormat, kRecs>;
@@ -77,11 +84,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     const int g = lane >> 2, t = lane & 3;
 
     const int nsb = p.n_pad >> 7;
-    const int mb = static_cast<int>(blockIdx.x) / nsb;
-    const int sb = static_cast<int>(blockIdx.x) - mb * nsb;
+    const int ncol = (nsb + kNsb - 1) / kNsb;
+    const int mb = static_cast<int>(blockIdx.x) / ncol;
+    const int sb0 = (static_cast<int>(blockIdx.x) - mb * ncol) * kNsb;
     if (mb >= *p.num_mblocks) return;
     const int nq = p.k_pad >> 6;
-    const int nst = nq / kRecs;
+    const int nst = nq / kRecs;                        // K steps per super-block
+    const int total = min(kNsb, nsb - sb0) * nst;      // steps of this CTA
     const int2 info = __ldg(p.mblock_info + mb);
     const int valid = info.y;
     const int ntiles = (valid + 7) >> 3;
@@ -117,10 +126,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     }
     const int r8 = (tid >> 3) & 7;
     const u32 x_dst = (tid >> 6) * 1024 + r8 * 128 + ((c ^ r8) << 4);  // + 4096 h: 32 rows on, then the next record
-    const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb) * nq * kRec;
+    // The super-blocks of an expert are contiguous in the layout: step j of this CTA is record pair j.
+    const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb0) * nq * kRec;
     __syncthreads();
 
-    auto produce_x = [&](int q, int slot) {
+    auto produce_x = [&](int j, int slot) {  // step j: K step j % nst
+        const int q = j - (j / nst) * nst;
         const u32 st = sbase + slot * SM::kXTile + x_dst;
 #pragma unroll
         for (int h = 0; h < kCpt; ++h) {
@@ -148,10 +159,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
 
     if (tid == 0) {
 #pragma unroll 1
-        for (int s = 0; s < kStages - 2 && s < nst; ++s) produce_w(s, s);
+        for (int s = 0; s < kStages - 2 && s < total; ++s) produce_w(s, s);
     }
 #pragma unroll 1
-    for (int s = 0; s < kXS - 2 && s < nst; ++s) produce_x(s, s);
+    for (int s = 0; s < kXS - 2 && s < total; ++s) produce_x(s, s);
 
     constexpr int kBufs = kRecs == 2 ? 2 : 1;
     const u64 desc_x = wgmma::desc_sw128(sbase);  // token tile of slot 0, record 0, k16 step 0
@@ -159,14 +170,48 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
     int ws = 0, xs = 0;
     u32 wph = 0, xph = 0;
     int wp = kStages - 2, xp = kXS - 2;  // slots refilled this step: those of the step two back
+    // Epilogue of one super-block, as in moe_w4a16_prefill (kRB 1): accumulators 4j .. 4j + 3 are token
+    // tile j of row-block `warp`; a lane holds (row g, tokens 8j + 2t, +1) and (row g + 8, same tokens).
+    const int odd = g & 1;
+    auto store_block = [&](int sb) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j >= ntiles) continue;
+            const int r = 8 * j + 2 * t + odd;
+            const long long pos = static_cast<long long>(mb) * kBM + r;
+            const int rb = 8 * sb + warp;
+            if constexpr (kMode == 0) {
+                const float v0 = glu<kAct>(acc[4 * j + 0], acc[4 * j + 2]);
+                const float v1 = glu<kAct>(acc[4 * j + 1], acc[4 * j + 3]);
+                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                const int col = rb * 8 + g - odd;
+                if (r < valid)
+                    *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
+                        odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
+            } else {
+                const float wt = r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                    const int col = rb * 16 + 8 * half + g - odd;
+                    const float lo = odd ? other : v0, hi = odd ? v1 : other;
+                    if (r < valid && col < p.n_real)
+                        *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
+                }
+            }
+        }
+    };
+
+    int kq = 0, sbi = sb0;  // K step within the super-block, the super-block
     wgmma::fence();
 #pragma unroll 1
-    for (int i = 0; i < nst; ++i) {
+    for (int i = 0; i < total; ++i) {
         mbar_wait(wbars + 8 * ws, wph);
         mbar_wait(xbars + 8 * xs, xph);
         __syncthreads();  // every warp has retired the wgmmas of step i - 2, which read the slots refilled here
-        if (tid == 0 && i + kStages - 2 < nst) produce_w(i + kStages - 2, wp);
-        if (i + kXS - 2 < nst) produce_x(i + kXS - 2, xp);
+        if (tid == 0 && i + kStages - 2 < total) produce_w(i + kStages - 2, wp);
+        if (i + kXS - 2 < total) produce_x(i + kXS - 2, xp);
         const u32 st0 = wbase + ws * kWSlot;
         u32 words[kRecs][4], m[kRecs][4];
         load_block<kFormat, kWideScale>(st0 + w_off, st0 + s_off, words[0], m[0]);
@@ -175,15 +220,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
             // record r: core-matrix chunks 8r .. 8r + 7 of the token tile
             const u64 desc = desc_x + ((xs * SM::kXTile + r * kBM * 128) >> 4);
             u32(&ar)[4][4] = a[r % kBufs];
+            const bool first = kNsb > 1 && r == 0 && kq == 0;  // (one super-block: zeroed before the loop)
 #pragma unroll
             for (int s = 0; s < 4; ++s)
                 dequant_word<kFormat, kWideScale>(words[r][s], m[r][(s >> 1) * 2], m[r][(s >> 1) * 2 + 1], ar[s]);
             wgmma::fence();
             switch (nsel) {
-                case 1: prefill_record_mma<16>(acc, ar, desc); break;
-                case 2: prefill_record_mma<32>(acc, ar, desc); break;
-                case 3: prefill_record_mma<48>(acc, ar, desc); break;
-                default: prefill_record_mma<64>(acc, ar, desc); break;
+                case 1: prefill_record_mma<16>(acc, ar, desc, first); break;
+                case 2: prefill_record_mma<32>(acc, ar, desc, first); break;
+                case 3: prefill_record_mma<48>(acc, ar, desc, first); break;
+                default: prefill_record_mma<64>(acc, ar, desc, first); break;
             }
             // the next record's shared-memory loads go out before this warp waits for the tensor core
             if (r + 1 < kRecs) load_block<kFormat, kWideScale>(st0 + (r + 1) * kRec + w_off, st0 + (r + 1) * kRec + s_off, words[r + 1], m[r + 1]);
@@ -204,39 +250,20 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill_wgmma(co
         }
         wp = wp + 1 == kStages ? 0 : wp + 1;
         xp = xp + 1 == kXS ? 0 : xp + 1;
-    }
-    wgmma::wait<0>();
-    wgmma::fence_acc(acc);
-
-    // Epilogue as in moe_w4a16_prefill (kRB 1): accumulators 4j .. 4j + 3 are token tile j of row-block
-    // `warp`; a lane holds (row g, tokens 8j + 2t, +1) and (row g + 8, same tokens).
-    const int odd = g & 1;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        if (j >= ntiles) continue;
-        const int r = 8 * j + 2 * t + odd;
-        const long long pos = static_cast<long long>(mb) * kBM + r;
-        const int rb = 8 * sb + warp;
-        if constexpr (kMode == 0) {
-            const float v0 = glu<kAct>(acc[4 * j + 0], acc[4 * j + 2]);
-            const float v1 = glu<kAct>(acc[4 * j + 1], acc[4 * j + 3]);
-            const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-            const int col = rb * 8 + g - odd;
-            if (r < valid)
-                *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
-                    odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
-        } else {
-            const float wt = r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                const int col = rb * 16 + 8 * half + g - odd;
-                const float lo = odd ? other : v0, hi = odd ? v1 : other;
-                if (r < valid && col < p.n_real)
-                    *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
+        if constexpr (kNsb > 1) {
+            if (++kq == nst) {  // super-block done: drain, store, start the next one from zero
+                kq = 0;
+                wgmma::wait<0>();
+                wgmma::fence_acc(acc);
+                store_block(sbi++);
+                wgmma::fence();
             }
         }
+    }
+    if constexpr (kNsb == 1) {
+        wgmma::wait<0>();
+        wgmma::fence_acc(acc);
+        store_block(sb0);
     }
 }
 

@@ -1,6 +1,8 @@
 // moe_w4a16 routing prep (indexed mode): top-k expert ids -> per-expert sorted rows, padded to m-blocks
-// of kBlockM rows. One CTA of 1024 threads; nothing is read back to the host, so the launch is
-// graph-capturable and the GEMMs read the block count from device memory.
+// of kBlockM rows. CTAs of 1024 threads (one for decode sizes; prefill sizes spread the scatter, whose
+// scattered stores bound a single SM, over several: each counts every slot and places its own chunk);
+// nothing is read back to the host, so the launch is graph-capturable and the GEMMs read the block count
+// from device memory.
 //
 // Inputs:  topk_ids [M, topk] int32 (ids outside [0, E) are skipped: experts of other EP ranks),
 //          topk_weights [M, topk] fp32.
@@ -12,7 +14,7 @@
 //          slot_pos [M, topk]          (optional) sorted row of each slot, -1 when it has none (expert of
 //                                      another rank, or beyond the capacity); read by the combine kernel
 // Rows of one expert are contiguous; their order inside the expert is unspecified.
-// Dynamic shared memory: 2 * E * 4 bytes.
+// Dynamic shared memory: 3 * E * 4 bytes.
 #pragma once
 
 #include "device/prelude.cuh"
@@ -41,17 +43,23 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     // (programmatic dependent launch, sm_90): its launch and prologue overlap this kernel.
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     extern __shared__ i32 smem_route[];
-    i32* cnt = smem_route;                    // [E] counts, then the scatter cursor (counting down)
-    i32* off = smem_route + p.num_experts;    // [E] first m-block of each expert
+    i32* cnt = smem_route;                    // [E] rows per expert (all slots)
+    i32* cur = smem_route + p.num_experts;    // [E] rows per expert in the slots before this CTA's chunk,
+                                              //     then this CTA's scatter cursor (counting up)
+    i32* off = smem_route + 2 * p.num_experts;  // [E] first m-block of each expert
     __shared__ i32 warp_tot[32];
     __shared__ i32 total_s;
 
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int E = p.num_experts;
     const int slots = p.num_tokens * p.topk;
+    // Every CTA counts all slots (the same totals and m-block offsets everywhere, no grid-wide sync) and
+    // scatters its own contiguous chunk: CTA c places its rows of expert e after those of CTAs 0..c-1.
+    const int chunk = (slots + gridDim.x - 1) / gridDim.x;
+    const int s_begin = min(slots, static_cast<int>(blockIdx.x) * chunk), s_end = min(slots, s_begin + chunk);
     constexpr int kCached = 4;  // expert ids of a thread's first slots, read from global memory once
 
-    for (int e = tid; e < E; e += nthr) cnt[e] = 0;
+    for (int e = tid; e < E; e += nthr) cnt[e] = cur[e] = 0;
     int ids[kCached];
 #pragma unroll
     for (int j = 0; j < kCached; ++j) {
@@ -59,12 +67,26 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
         ids[j] = s < slots ? __ldg(p.topk_ids + s) : -1;
     }
     __syncthreads();
+    auto count = [&](int s, int e) {
+        if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
+            atomicAdd(&cnt[e], 1);
+            if (s < s_begin) atomicAdd(&cur[e], 1);
+        }
+    };
 #pragma unroll
-    for (int j = 0; j < kCached; ++j)
-        if (static_cast<unsigned>(ids[j]) < static_cast<unsigned>(E)) atomicAdd(&cnt[ids[j]], 1);
-    for (int s = tid + kCached * nthr; s < slots; s += nthr) {
-        const int e = __ldg(p.topk_ids + s);
-        if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) atomicAdd(&cnt[e], 1);
+    for (int j = 0; j < kCached; ++j) count(tid + j * nthr, ids[j]);
+    // Past the cached slots (prefill sizes): kBatch independent loads in flight per thread, so a CTA
+    // pays a memory latency per kBatch x 1024 slots rather than per 1024.
+    constexpr int kBatch = 8;
+    for (int s0 = tid + kCached * nthr; s0 < slots; s0 += kBatch * nthr) {
+        int e[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int s = s0 + j * nthr;
+            e[j] = s < slots ? __ldg(p.topk_ids + s) : -1;
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) count(s0 + j * nthr, e[j]);
     }
     __syncthreads();
 
@@ -96,48 +118,65 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     }
     __syncthreads();
 
-    // Per owned expert: its first m-block, count, m-block descriptors and the padding rows of its last
-    // block (the scatter below fills the others, so nothing is written twice).
+    // Per owned expert: its first m-block; CTA 0 also writes the count, the m-block descriptors and the
+    // padding rows of the expert's last block (the scatter fills the others, so nothing is written twice).
     const int total = min(total_s, p.mblock_cap);
     const int rows = total * kBlockM;
+    const bool writer = blockIdx.x == 0;
     int run = warp_tot[warp] + incl - local;
     for (int e = e0; e < e1; ++e) {
         const int c = cnt[e];
         const int nb = (c + kBlockM - 1) / kBlockM;
         off[e] = run;
-        p.expert_count[e] = c;
-        for (int j = 0; j < nb; ++j) {
-            const int mb = run + j;
-            if (mb < total) p.mblock_info[mb] = make_int2(e, min(kBlockM, c - j * kBlockM));
-        }
-        for (int r = run * kBlockM + c; r < (run + nb) * kBlockM && r < rows; ++r) {
-            p.sorted_token[r] = -1;
-            p.sorted_weight[r] = 0.0f;
+        if (writer) {
+            p.expert_count[e] = c;
+            for (int j = 0; j < nb; ++j) {
+                const int mb = run + j;
+                if (mb < total) p.mblock_info[mb] = make_int2(e, min(kBlockM, c - j * kBlockM));
+            }
+            for (int r = run * kBlockM + c; r < (run + nb) * kBlockM && r < rows; ++r) {
+                p.sorted_token[r] = -1;
+                p.sorted_weight[r] = 0.0f;
+            }
         }
         run += nb;
     }
     __syncthreads();
 
-    auto place = [&](int s, int e) {
+    auto place = [&](int s, int e, float w) {
         int where = -1;
         if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
-            const int pos = atomicSub(&cnt[e], 1) - 1;  // each expert's rows in some order
+            const int pos = atomicAdd(&cur[e], 1);  // after the earlier CTAs' rows; in some order inside the CTA
             const int r = off[e] * kBlockM + pos;
             if (r < rows) {
                 p.sorted_token[r] = s / p.topk;
-                p.sorted_weight[r] = __ldg(p.topk_weights + s);
+                p.sorted_weight[r] = w;
                 where = r;
             }
         }
         if (p.slot_pos) p.slot_pos[s] = where;
     };
+    if (gridDim.x == 1) {
 #pragma unroll
-    for (int j = 0; j < kCached; ++j) {
-        const int s = tid + j * nthr;
-        if (s < slots) place(s, ids[j]);
+        for (int j = 0; j < kCached; ++j) {
+            const int s = tid + j * nthr;
+            if (s < slots) place(s, ids[j], __ldg(p.topk_weights + s));
+        }
     }
-    for (int s = tid + kCached * nthr; s < slots; s += nthr) place(s, __ldg(p.topk_ids + s));
-    if (tid == 0) *p.num_mblocks = total;
+    for (int s0 = s_begin + tid + (gridDim.x == 1 ? kCached * nthr : 0); s0 < s_end; s0 += kBatch * nthr) {
+        int e[kBatch];
+        float w[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int s = s0 + j * nthr;
+            e[j] = s < s_end ? __ldg(p.topk_ids + s) : -1;
+            w[j] = s < s_end ? __ldg(p.topk_weights + s) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+            if (s0 + j * nthr < s_end) place(s0 + j * nthr, e[j], w[j]);
+    }
+    if (writer && tid == 0) *p.num_mblocks = total;
 }
 
 }  // namespace moe

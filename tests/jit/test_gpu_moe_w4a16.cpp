@@ -244,6 +244,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"prefill mxfp4 silu 2048 odd", F::mxfp4_g32_e8m0, silu, 160, 224, 12, 4, 2048, "uniform", 4},
         // K a multiple of 64 but not of 128 for both GEMMs (unmasked): the prefill GEMMs take block_k 64.
         {"prefill K 320 / 192, block_k 64", F::int4_g32_bf16, situ, 320, 192, 16, 4, 2048, "skewed", 4},
+        {"prefill short K, 9 super-blocks of down (a part CTA column)", F::int4_g32_bf16, silu, 1152, 128, 8, 2, 2048,
+         "skewed", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
     };

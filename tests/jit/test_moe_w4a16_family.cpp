@@ -143,7 +143,11 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
 
     KernelDescriptor r = MoeW4A16Family::routing(112, 1, k_h200);
     CHECK(r.experts == 112);
-    CHECK(MoeW4A16Family().max_dynamic_smem(r) == 2 * 4 * 112);
+    CHECK(MoeW4A16Family().max_dynamic_smem(r) == 3 * 4 * 112);
+    CHECK(moe_w4a16_routing_ctas(8) == 1);
+    CHECK(moe_w4a16_routing_ctas(4095) == 1);
+    CHECK(moe_w4a16_routing_ctas(16384) == 8);
+    CHECK(moe_w4a16_routing_ctas(int64_t(1) << 20) == 32);
     CHECK(MoeW4A16Family().device_source(r).name_expr == "&kiln_dev::moe::moe_w4a16_routing<8>");
 }
 
@@ -307,6 +311,21 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
           "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 7, 1, 2>");
 
     // K padded to 64 not a multiple of 128: one record per K step, the deeper ring of one-record slots.
+    CHECK(d.config.block_n == 128);  // K 3072: 24 steps of 128 inputs: one super-block
+    // Short K (TP8-sliced down): several super-blocks per CTA, at most 16 K steps each, at most n / 128.
+    CHECK(prefill_superblocks_per_cta(7168, 256) == 8);
+    CHECK(prefill_superblocks_per_cta(7168, 384) == 4);
+    CHECK(prefill_superblocks_per_cta(7168, 1024) == 2);
+    CHECK(prefill_superblocks_per_cta(7168, 2048) == 1);
+    CHECK(prefill_superblocks_per_cta(384, 256) == 3);
+    const auto tp8_down = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
+    const KernelDescriptor t8 =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
+    CHECK(t8.config.block_n == 1024);
+    CHECK(MoeW4A16Family().canonicalize(t8) == t8);
+    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8>") != std::string::npos);
+    const KernelDescriptor t8_mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200);
+    CHECK(t8_mma.config.block_n == 128);  // the mma.sync version keeps a super-block per CTA
     const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
     const KernelDescriptor h = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200);
     CHECK(h.config.block_k == 64);
@@ -359,7 +378,8 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     const KernelDescriptor mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200);
     CHECK(!(g == mma));  // two kernels, two cache entries
     CHECK(MoeW4A16Family().device_source(g).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2>");
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2, 1>");
+    CHECK(g.config.block_n == 128);  // K 7168: one super-block per CTA
     CHECK(MoeW4A16Family().device_source(g).file_name == "moe_w4a16_prefill_wgmma_gate_up.cu");
 
     const KernelDescriptor d =
@@ -367,6 +387,21 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     CHECK((d.config.flags & MoeW4A16Family::k_flag_rows) != 0);
     CHECK(MoeW4A16Family().device_source(d).name_expr.find("moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatMxfp4, false, 2, 0") !=
           std::string::npos);
+    CHECK(d.config.block_n == 128);  // K 3072: 24 steps of 128 inputs: one super-block
+    // Short K (TP8-sliced down): several super-blocks per CTA, at most 16 K steps each, at most n / 128.
+    CHECK(prefill_superblocks_per_cta(7168, 256) == 8);
+    CHECK(prefill_superblocks_per_cta(7168, 384) == 4);
+    CHECK(prefill_superblocks_per_cta(7168, 1024) == 2);
+    CHECK(prefill_superblocks_per_cta(7168, 2048) == 1);
+    CHECK(prefill_superblocks_per_cta(384, 256) == 3);
+    const auto tp8_down = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
+    const KernelDescriptor t8 =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
+    CHECK(t8.config.block_n == 1024);
+    CHECK(MoeW4A16Family().canonicalize(t8) == t8);
+    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8>") != std::string::npos);
+    const KernelDescriptor t8_mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200);
+    CHECK(t8_mma.config.block_n == 128);  // the mma.sync version keeps a super-block per CTA
     const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
     const KernelDescriptor h =
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200, true);
@@ -389,7 +424,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     host_mma.target = Target::host_target();
     CHECK(MoeW4A16Family().canonicalize(host_g) == MoeW4A16Family().canonicalize(host_mma));
 
-    for (const KernelDescriptor& k : {g, d, h}) {
+    for (const KernelDescriptor& k : {g, d, h, t8}) {
         CAPTURE(to_string(k));
         check_cubin(compile(k, prefill_wgmma_smem_checks(k)), "moe_w4a16_prefill_wgmma");
     }
