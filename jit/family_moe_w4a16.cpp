@@ -40,6 +40,8 @@ uint32_t checked_kind_bits(const KernelDescriptor& in) {
         throw InvalidArgument(fmt::format("moe_w4a16: only gate_up and down have a prefill kernel (flags {:#x})", f));
     if ((f & MoeW4A16Family::k_flag_wgmma) && !(f & MoeW4A16Family::k_flag_prefill))
         throw InvalidArgument(fmt::format("moe_w4a16: only the prefill GEMMs have a warpgroup-MMA version (flags {:#x})", f));
+    if ((f & MoeW4A16Family::k_flag_wide) && !(f & MoeW4A16Family::k_flag_wgmma))
+        throw InvalidArgument(fmt::format("moe_w4a16: the wide CTA is a warpgroup-MMA prefill shape (flags {:#x})", f));
     return f & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi | MoeW4A16Family::k_flag_prefill);
 }
 
@@ -164,15 +166,16 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
 
 // templates/device/moe_w4a16_prefill_wgmma.cuh, PrefillWgmmaSmem<kFormat, recs>: 4 token stages of 64 rows x
 // 128 recs bytes (core-matrix order, no padding), the weight slots, one mbarrier per stage of both rings.
-uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs) {
+uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs, int par) {
     const int x_stages = 4, x_tile = 64 * 128 * recs;
-    return static_cast<uint32_t>(x_stages * x_tile + stages * recs * record_bytes(f) +
+    return static_cast<uint32_t>(x_stages * x_tile + stages * par * recs * record_bytes(f) +
                                  round_up(8 * (stages + x_stages), 128));
 }
 
-int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs) {
+int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par) {
+    const uint32_t limit = par == 2 ? static_cast<uint32_t>(k_smem_limit) : k_moe_w4a16_prefill_smem_limit;
     int s = 24;
-    while (s > 3 && moe_w4a16_prefill_wgmma_smem(f, s, recs) > k_moe_w4a16_prefill_smem_limit) --s;
+    while (s > 3 && moe_w4a16_prefill_wgmma_smem(f, s, recs, par) > limit) --s;
     return s;
 }
 
@@ -248,22 +251,27 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
             throw InvalidArgument(fmt::format("moe_w4a16: the warpgroup-MMA prefill GEMMs need an sm_90a target, not {}",
                                               to_string(in.target)));
         const int min_stages = wgmma ? 3 : 2;
+        const int seq = wgmma ? prefill_superblocks_per_cta(in.n, in.k) : 1;
+        // Two super-blocks side by side (wgmma only): where a CTA walks one super-block and there are two.
+        const int par = wgmma && (in.config.flags & k_flag_wide) && seq == 1 && in.n >= 2 * k_superblock_rows ? 2 : 1;
+        const uint32_t limit = par == 2 ? static_cast<uint32_t>(k_smem_limit) : k_moe_w4a16_prefill_smem_limit;
         const int stages = in.config.stages ? in.config.stages
-                           : wgmma          ? moe_w4a16_prefill_wgmma_default_stages(in.weight_format, recs)
+                           : wgmma          ? moe_w4a16_prefill_wgmma_default_stages(in.weight_format, recs, par)
                                             : moe_w4a16_prefill_default_stages(in.weight_format, recs);
-        const uint32_t smem = wgmma ? moe_w4a16_prefill_wgmma_smem(in.weight_format, stages, recs)
+        const uint32_t smem = wgmma ? moe_w4a16_prefill_wgmma_smem(in.weight_format, stages, recs, par)
                                     : moe_w4a16_prefill_smem(in.weight_format, stages, recs);
-        if (stages < min_stages || smem > k_moe_w4a16_prefill_smem_limit)
+        if (stages < min_stages || smem > limit)
             throw InvalidArgument(fmt::format("moe_w4a16: {} prefill weight stages of block_k {} do not fit in {} bytes "
-                                              "of shared memory (two CTAs per SM; at least {} stages)",
-                                              stages, 64 * recs, k_moe_w4a16_prefill_smem_limit, min_stages));
+                                              "of shared memory (at least {} stages)",
+                                              stages, 64 * recs, limit, min_stages));
         if (wgmma) d.config.flags |= k_flag_wgmma;
+        if (par == 2) d.config.flags |= k_flag_wide;
         d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
-        d.config.block_n = static_cast<uint16_t>(k_superblock_rows * (wgmma ? prefill_superblocks_per_cta(in.n, in.k) : 1));
+        d.config.block_n = static_cast<uint16_t>(k_superblock_rows * seq * par);
         d.config.block_k = static_cast<uint16_t>(64 * recs);
         d.config.stages = static_cast<uint8_t>(stages);
-        d.config.ctas_per_sm = 2;
-        d.config.warps = k_prefill_threads / 32;
+        d.config.ctas_per_sm = static_cast<uint8_t>(par == 2 ? 1 : 2);
+        d.config.warps = static_cast<uint8_t>(par * k_prefill_threads / 32);
         return d;
     }
 
@@ -306,7 +314,8 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::prefill_gate_up:
         case MoeW4A16Kernel::prefill_down:
             if (d.config.flags & k_flag_wgmma)
-                return moe_w4a16_prefill_wgmma_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
+                return moe_w4a16_prefill_wgmma_smem(d.weight_format, d.config.stages, d.config.block_k / 64,
+                                                    (d.config.flags & k_flag_wide) ? 2 : 1);
             return moe_w4a16_prefill_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
         default:
             return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
@@ -341,9 +350,11 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
             if (d.config.flags & k_flag_wgmma) {
                 s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_gate_up.cu" : "moe_w4a16_prefill_wgmma_down.cu";
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>",
+                const int par = (d.config.flags & k_flag_wide) ? 2 : 1;
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                           format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
-                                          d.config.stages, d.config.block_k / 64, d.config.block_n / k_superblock_rows);
+                                          d.config.stages, d.config.block_k / 64, d.config.block_n / k_superblock_rows / par,
+                                          par);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma.cuh\"\n", to_string(d));
                 return s;
             }
@@ -459,7 +470,7 @@ KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, M
 }
 
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
-                                              MoeActivation act, Target target, bool wgmma) {
+                                              MoeActivation act, Target target, bool wgmma, bool wide) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
     const bool gate_up = which == MoeW4A16Kernel::prefill_gate_up;
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, gate_up ? "prefill gate_up" : "prefill down");
@@ -473,6 +484,7 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
     if (!gate_up) d.config.flags |= k_flag_rows;
     if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
     if (wgmma) d.config.flags |= k_flag_wgmma;
+    if (wgmma && wide) d.config.flags |= k_flag_wide;
     return MoeW4A16Family().canonicalize(d);
 }
 
@@ -560,7 +572,7 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
     void* args[] = {&copy};
     runtime::LaunchDims dims;
     dims.grid = {static_cast<uint32_t>(ctas), 1, 1};
-    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_prefill_threads), 1, 1};
+    dims.block = {static_cast<uint32_t>(32 * k.desc.config.warps), 1, 1};
     dims.smem = k.dynamic_smem;
     runtime::launch(k.kernel, dims, stream, args);
 }

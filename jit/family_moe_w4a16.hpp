@@ -17,7 +17,9 @@
 //   Flag bit 10 on a prefill kind names its warpgroup-MMA version (moe_w4a16_prefill_wgmma.cuh, sm_90a
 //   targets only): the same tiles, layout and epilogues, wgmma m64nNk16 with the dequantised weights in
 //   registers; its own shared-memory plan (four token stages, weight refills two steps behind); block_n
-//   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K).
+//   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K). Flag bit 11
+//   (requested; kept where a CTA walks one super-block and N has two): the wide CTA, two super-blocks
+//   side by side (512 threads, one CTA per SM, block_n 256), the token tile read once per 256 rows.
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
@@ -74,6 +76,7 @@ public:
     static constexpr uint32_t k_flag_prefill = 1u << 8;  // gate_up / down: the prefill GEMM
     static constexpr uint32_t k_flag_fused = 1u << 9;    // gate_up (dynamic): gate_up + down rows in one launch
     static constexpr uint32_t k_flag_wgmma = 1u << 10;   // prefill gate_up / down: warpgroup MMA (sm_90a)
+    static constexpr uint32_t k_flag_wide = 1u << 11;    // wgmma prefill: two super-blocks side by side per CTA
     static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
     static constexpr int k_prefill_block_m = 64;
@@ -123,7 +126,7 @@ public:
     // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows). `wgmma`:
     // the warpgroup-MMA version (refused unless the target is sm_90a).
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                         Target target, bool wgmma = false);
+                                         Target target, bool wgmma = false, bool wide = false);
     // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).
     static bool has_wgmma(Target target) { return !target.is_host() && target.arch == 90 && target.suffix == 'a'; }
     static KernelDescriptor combine(Target target);
@@ -144,8 +147,9 @@ uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages, int recs);
 int moe_w4a16_prefill_default_stages(WeightFormat f, int recs);
 // The same for the warpgroup-MMA prefill GEMMs (prefill_wgmma_smem_bytes / prefill_wgmma_default_stages of
 // templates/device/moe_w4a16_prefill_wgmma.cuh); at least three weight stages.
-uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs);
-int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs);
+// `par`: super-blocks side by side (2: the wide CTA, alone on its SM: up to 227 KB).
+uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs, int par = 1);
+int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par = 1);
 // 128-row super-blocks per CTA of the warpgroup-MMA prefill GEMMs (block_n / 128): the largest power of two
 // up to 8 that keeps a CTA at 16 K steps or fewer (1 from 16 steps, i.e. K >= 2048), at most n / 128.
 int prefill_superblocks_per_cta(int n, int k);

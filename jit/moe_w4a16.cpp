@@ -140,9 +140,10 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         k_routing_pre_ = &disp.get(MoeW4A16Family::routing(experts_, MoeW4A16Family::k_prefill_block_m / 8, target));
         const bool wgmma = opt.prefill_wgmma && MoeW4A16Family::has_wgmma(target);
         k_gate_up_pre_ =
-            &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target, wgmma));
-        k_down_pre_ =
-            &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target, wgmma));
+            &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target, wgmma,
+                                                   opt.prefill_wide));
+        k_down_pre_ = &disp.get(
+            MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target, wgmma, opt.prefill_wide));
         prefer_shared_carveout(*k_gate_up_pre_);
         prefer_shared_carveout(*k_down_pre_);
     }

@@ -70,6 +70,9 @@ struct MoeW4A16Options {
     // The prefill GEMMs as warpgroup MMAs (moe_w4a16_prefill_wgmma.cuh) where the device is sm_90a;
     // false: the mma.sync version (the only one elsewhere).
     bool prefill_wgmma = true;
+    // wgmma prefill GEMMs with K >= 2048: CTAs of two super-blocks side by side (one per SM) instead of
+    // one (two per SM). Measured slower on H200 (K2 EP8 2048 and TP8 8192: +8-10%, perf notes §11).
+    bool prefill_wide = false;
     // Decode calls from fused_min routed slots (M x topk; -1 never) run gate_up and down as one
     // persistent launch (moe_w4a16_decode_fused, both dynamic, down in the rows mode + combine: down
     // items of an m-block start once its gate_up items are done) unless a schedule is forced static.

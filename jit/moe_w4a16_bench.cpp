@@ -326,7 +326,9 @@ void run_bench(const BenchOptions& o) {
         // their schedules (gate_up/down) and combine path.
         const std::string variant =
             layer.uses_prefill() ? std::string((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma)
-                                                   ? "prefill wgmma bm=64+rows"
+                                                   ? ((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wide)
+                                                          ? "prefill wgmma wide bm=64+rows"
+                                                          : "prefill wgmma bm=64+rows")
                                                    : "prefill bm=64+rows")
             : layer.uses_fused() ? fmt::format("decode bm={} fused+rows", 8 * layer.tiles())
                                  : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(),
@@ -415,6 +417,9 @@ void add_moe_bench(CLI::App& bench) {
     cmd->add_option("--prefill-wgmma", opts->layer.prefill_wgmma,
                     "prefill GEMMs as warpgroup MMAs on sm_90a (false: the mma.sync version)")
         ->envname("KILN_BENCH_MOE_PREFILL_WGMMA");
+    cmd->add_option("--prefill-wide", opts->layer.prefill_wide,
+                    "wgmma prefill GEMMs with K >= 2048: two 128-row super-blocks side by side per CTA (one CTA per SM)")
+        ->envname("KILN_BENCH_MOE_PREFILL_WIDE");
     cmd->add_option("--fuse", opts->layer.fuse,
                     "decode from --fused-min routed slots: gate_up and down (dynamic, rows + combine) in one persistent launch")
         ->envname("KILN_BENCH_MOE_FUSE");

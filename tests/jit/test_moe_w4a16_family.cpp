@@ -57,12 +57,13 @@ std::string prefill_smem_checks(const KernelDescriptor& d) {
 
 // The same for a warpgroup-MMA prefill descriptor.
 std::string prefill_wgmma_smem_checks(const KernelDescriptor& d) {
-    const int recs = d.config.block_k / 64;
-    const std::string args = std::string(dev_format(d.weight_format)) + ", " + std::to_string(recs);
+    const int recs = d.config.block_k / 64, par = (d.config.flags & MoeW4A16Family::k_flag_wide) ? 2 : 1;
+    const std::string args =
+        std::string(dev_format(d.weight_format)) + ", " + std::to_string(recs) + ", " + std::to_string(par);
     return "\nstatic_assert(kiln_dev::moe::prefill_wgmma_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) +
            ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family wgmma prefill smem\");\n" +
            "static_assert(kiln_dev::moe::prefill_wgmma_default_stages<" + args + ">() == " +
-           std::to_string(moe_w4a16_prefill_wgmma_default_stages(d.weight_format, recs)) +
+           std::to_string(moe_w4a16_prefill_wgmma_default_stages(d.weight_format, recs, par)) +
            ", \"family wgmma prefill stages\");\n";
 }
 
@@ -311,21 +312,6 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
           "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 7, 1, 2>");
 
     // K padded to 64 not a multiple of 128: one record per K step, the deeper ring of one-record slots.
-    CHECK(d.config.block_n == 128);  // K 3072: 24 steps of 128 inputs: one super-block
-    // Short K (TP8-sliced down): several super-blocks per CTA, at most 16 K steps each, at most n / 128.
-    CHECK(prefill_superblocks_per_cta(7168, 256) == 8);
-    CHECK(prefill_superblocks_per_cta(7168, 384) == 4);
-    CHECK(prefill_superblocks_per_cta(7168, 1024) == 2);
-    CHECK(prefill_superblocks_per_cta(7168, 2048) == 1);
-    CHECK(prefill_superblocks_per_cta(384, 256) == 3);
-    const auto tp8_down = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
-    const KernelDescriptor t8 =
-        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
-    CHECK(t8.config.block_n == 1024);
-    CHECK(MoeW4A16Family().canonicalize(t8) == t8);
-    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8>") != std::string::npos);
-    const KernelDescriptor t8_mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200);
-    CHECK(t8_mma.config.block_n == 128);  // the mma.sync version keeps a super-block per CTA
     const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
     const KernelDescriptor h = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200);
     CHECK(h.config.block_k == 64);
@@ -378,7 +364,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     const KernelDescriptor mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200);
     CHECK(!(g == mma));  // two kernels, two cache entries
     CHECK(MoeW4A16Family().device_source(g).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2, 1>");
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2, 1, 1>");
     CHECK(g.config.block_n == 128);  // K 7168: one super-block per CTA
     CHECK(MoeW4A16Family().device_source(g).file_name == "moe_w4a16_prefill_wgmma_gate_up.cu");
 
@@ -399,9 +385,26 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
     CHECK(t8.config.block_n == 1024);
     CHECK(MoeW4A16Family().canonicalize(t8) == t8);
-    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8, 1>") != std::string::npos);
     const KernelDescriptor t8_mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200);
     CHECK(t8_mma.config.block_n == 128);  // the mma.sync version keeps a super-block per CTA
+    // The wide CTA (two super-blocks side by side, one CTA per SM): only where a CTA walks one super-block.
+    const KernelDescriptor gw =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200, true, true);
+    CHECK((gw.config.flags & MoeW4A16Family::k_flag_wide) != 0);
+    CHECK(gw.config.block_n == 256);
+    CHECK(gw.config.warps == 16);
+    CHECK(gw.config.ctas_per_sm == 1);
+    CHECK(gw.config.stages == 9);  // 64 KB of token stages + 9 x 18,432-byte weight slots under 227 KB
+    CHECK(MoeW4A16Family().max_dynamic_smem(gw) == 231552u);
+    CHECK(MoeW4A16Family().canonicalize(gw) == gw);
+    CHECK(MoeW4A16Family().device_source(gw).name_expr.find(", 9, 2, 1, 2>") != std::string::npos);
+    const KernelDescriptor t8w =
+        MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true, true);
+    CHECK(t8w == t8);  // short K walks super-blocks in sequence instead
+    KernelDescriptor wide_mma = t8_mma;
+    wide_mma.config.flags |= MoeW4A16Family::k_flag_wide;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(wide_mma), kiln::InvalidArgument);
     const auto k320 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 320);
     const KernelDescriptor h =
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, k320, MoeActivation::silu_glu, k_h200, true);
@@ -424,7 +427,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     host_mma.target = Target::host_target();
     CHECK(MoeW4A16Family().canonicalize(host_g) == MoeW4A16Family().canonicalize(host_mma));
 
-    for (const KernelDescriptor& k : {g, d, h, t8}) {
+    for (const KernelDescriptor& k : {g, d, h, t8, gw}) {
         CAPTURE(to_string(k));
         check_cubin(compile(k, prefill_wgmma_smem_checks(k)), "moe_w4a16_prefill_wgmma");
     }
