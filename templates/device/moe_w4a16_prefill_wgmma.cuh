@@ -101,7 +101,10 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     const int nq = p.k_pad >> 6;
     const int nst = nq / kRecs;                                   // K steps per super-block
     const int total = (kPar == 1 ? min(kNsb, nsb - sb0) : 1) * nst;  // steps of this CTA
-    const bool live = sb0 + sub < nsb;  // kPar 2: the second super-block exists (warpgroup-uniform)
+    // kPar 2: whether this warp's super-block exists. A missing one's warpgroup still runs its MMAs (on
+    // whatever its half of the weight slot holds) and only skips the stores: a branch around wgmma makes
+    // ptxas serialise every wgmma of the kernel.
+    const bool live = sb0 + sub < nsb;
     const int npar = min(kPar, nsb - sb0);
     // The whole token tile stays in the ring (slot = K step) when a CTA walks super-blocks and their K
     // steps fit in the prefetched slots: loaded once, never refilled.
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     __syncthreads();
 
     auto produce_x = [&](int j, int slot) {  // step j: K step j % nst
-        const int q = j - (j / nst) * nst;
+        const int q = kNsb == 1 ? j : j % nst;
         const u32 st = sbase + slot * SM::kXTile + x_dst;
 #pragma unroll
         for (int h = 0; h < kCpt; ++h) {
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
         __syncthreads();  // every warp has retired the wgmmas of step i - 2, which read the slots refilled here
         if (tid == 0 && i + kStages - 2 < total) produce_w(i + kStages - 2, wp);
         if (!resident && i + kXS - 2 < total) produce_x(i + kXS - 2, xp);
-        if (live) {
+        {
             const u32 st0 = wbase + ws * kWSlot;
             u32 words[kRecs][4], m[kRecs][4];
             load_block<kFormat, kWideScale>(st0 + w_off, st0 + s_off, words[0], m[0]);

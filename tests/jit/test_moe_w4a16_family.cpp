@@ -33,11 +33,13 @@ moe::PreparedMoeWeights meta(moe::W4Format f, moe::W4Layout l, bool gate_up, int
 }
 
 // `checks`: device code appended to the translation unit (static assertions on the templates).
-NvrtcOutput compile(const KernelDescriptor& d, const std::string& checks = {}) {
+// `ptxas_report`: ptxas's resource report and performance advisories in the log.
+NvrtcOutput compile(const KernelDescriptor& d, const std::string& checks = {}, bool ptxas_report = false) {
     const Family& f = builtin_families().get(d.family.view());
     KernelRecipe r = make_recipe(f, f.canonicalize(d), TemplateStore::instance());
     NvrtcProgram p = nvrtc_program(r, locate_cuda_headers());
     p.source += checks;
+    if (ptxas_report) p.options.push_back("--ptxas-options=--verbose");
     return Nvrtc::instance().compile(p);
 }
 
@@ -429,7 +431,14 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
 
     for (const KernelDescriptor& k : {g, d, h, t8, gw}) {
         CAPTURE(to_string(k));
-        check_cubin(compile(k, prefill_wgmma_smem_checks(k)), "moe_w4a16_prefill_wgmma");
+        const NvrtcOutput out = compile(k, prefill_wgmma_smem_checks(k), true);
+        check_cubin(out, "moe_w4a16_prefill_wgmma");
+        // ptxas must keep the wgmmas asynchronous (a branch around them serialises every one: advisory
+        // C7518) and spill nothing.
+        CAPTURE(out.log);
+        CHECK(out.log.find("Used ") != std::string::npos);
+        CHECK(out.log.find("serialized") == std::string::npos);
+        CHECK(out.log.find(" 0 bytes spill stores") != std::string::npos);
     }
 }
 
