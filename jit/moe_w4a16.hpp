@@ -19,8 +19,9 @@
 // (docs/perf-notes.md §8): gate_up dynamic for INT4 weights below 4096 routed slots, static otherwise;
 // down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path. From `prefill_min`
 // routed slots per local expert (M x top-k / experts) a call runs the prefill configuration instead
-// (docs/perf-notes.md §9): routing into m-blocks of 64 rows, the prefill GEMMs (one CTA per m-block and
-// 128-row super-block), down rows + combine.
+// (docs/perf-notes.md §9, §11): routing into m-blocks of 64 rows, the prefill GEMMs (one CTA per m-block
+// and 128-row super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a), down rows
+// + combine.
 #pragma once
 
 #include <cstdint>
