@@ -122,6 +122,7 @@ void run_case(const Case& c) {
         int max_tokens_factor;  // workspace for this many times the call's tokens
         bool fuse = true;       // the fused decode kernel where the rows path meets the dynamic gate_up
         bool wgmma = true;      // prefill: the warpgroup-MMA GEMMs (sm_90a), else the mma.sync ones
+        bool wide = false;      // wgmma prefill: two super-blocks side by side per CTA where K allows
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -137,6 +138,7 @@ void run_case(const Case& c) {
         {"prefill (forced)", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1},
         {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, -1, 1, -1, 0, 3},
         {"prefill (forced), mma.sync", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, false},
+        {"prefill (forced), wide CTAs", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, true},
     };
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
@@ -154,6 +156,7 @@ void run_case(const Case& c) {
         opt.prefill_min = cfg.prefill_min;
         opt.fuse = cfg.fuse;
         opt.prefill_wgmma = cfg.wgmma;
+        opt.prefill_wide = cfg.wide;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
@@ -246,6 +249,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"prefill K 320 / 192, block_k 64", F::int4_g32_bf16, situ, 320, 192, 16, 4, 2048, "skewed", 4},
         {"prefill short K, 9 super-blocks of down (a part CTA column)", F::int4_g32_bf16, silu, 1152, 128, 8, 2, 2048,
          "skewed", 4},
+        {"prefill K 1152, 3 gate_up super-blocks (a half-empty wide CTA)", F::mxfp4_g32_e8m0, situ, 1152, 192, 8, 2,
+         2048, "hot", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
     };
