@@ -10,13 +10,6 @@
 namespace kiln_dev {
 namespace wgmma {
 
-// Shared-memory matrix descriptor without swizzle (core matrices of 8 rows x 16 bytes, 128 contiguous
-// bytes each). lbo: bytes between core matrices adjacent along K; sbo: along M / N.
-__device__ __forceinline__ u64 desc_noswizzle(u32 saddr, u32 lbo, u32 sbo) {
-    return static_cast<u64>((saddr & 0x3FFFFu) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
-           (static_cast<u64>(sbo >> 4) << 32);
-}
-
 // K-major descriptor with the 128-byte swizzle: rows of 128 bytes, 8-row atoms of 1024 bytes (the atom
 // 1024-byte aligned), chunk c of row r stored at chunk c ^ (r % 8). Advancing K by 16 bf16 inside a row
 // adds 32 bytes to the start address; the leading offset is unused.
