@@ -76,6 +76,37 @@ __host__ __device__ constexpr int prefill_default_stages() {
     return s;
 }
 
+// Stores one 8-token tile of one 16-row block from its m16n8 accumulators c0..c3 (this lane: rows g and
+// g + 8 of the block, tokens 2t and 2t + 1). Neighbouring lanes (g ^ 1) swap one value so that every lane
+// stores two adjacent columns of one token (4-byte stores): even g keeps token 2t, odd g token 2t + 1.
+// r: the tile row this lane stores (8 ti + 2t + odd), pos: its sorted row, rb: the row-block in the
+// matrix, wt: its router weight (kMode 2). kMode 0: the GLU of (gate, up) = (row g, row g + 8) into the
+// intermediate; kMode 2: router-weighted bf16 rows of down.
+template <int kMode, int kAct>
+__device__ __forceinline__ void prefill_store_tile(const DecodeParams& p, float c0, float c1, float c2, float c3, int g,
+                                                   int r, long long pos, int rb, int valid, float wt) {
+    const int odd = g & 1;
+    if constexpr (kMode == 0) {
+        const float v0 = glu<kAct>(c0, c2);  // token 2t
+        const float v1 = glu<kAct>(c1, c3);  // token 2t + 1
+        const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+        const int col = rb * 8 + g - odd;
+        if (r < valid)
+            *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) = odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
+    } else {
+        const float c[4] = {c0, c1, c2, c3};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // output rows g (c0, c1) and g + 8 (c2, c3)
+            const float v0 = c[2 * half], v1 = c[2 * half + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+            const int col = rb * 16 + 8 * half + g - odd;
+            const float lo = odd ? other : v0, hi = odd ? v1 : other;
+            if (r < valid && col < p.n_real)
+                *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
+        }
+    }
+}
+
 // kTiles: token tiles of 8 per m-block (8 or 16: block_m 64 or 128); kStages: weight ring slots.
 // kRB: 16-row blocks per warp. 2 (the measured version): warp w owns row-blocks 2 (w % 4), +1 and the
 // token tiles of parity w / 4, so each weight word is dequantised by two warps. 1: warp w owns row-block
@@ -239,9 +270,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         xp = xp + 1 == kXS ? 0 : xp + 1;
     }
 
-    // Epilogue. A lane holds (row g, tokens 2t and 2t+1) and (row g+8, same tokens) of each row-block;
-    // neighbouring lanes (g ^ 1) swap one value so that every lane stores two adjacent columns of one
-    // token (4-byte stores): even g keeps token 2t, odd g token 2t+1.
+    // Epilogue: each live token tile of each row-block (prefill_store_tile).
     const int odd = g & 1;
 #pragma unroll
     for (int j = 0; j < kTW; ++j) {
@@ -249,30 +278,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
         if (ti >= ntiles) continue;
         const int r = 8 * ti + 2 * t + odd;  // the token row this lane stores
         const long long pos = static_cast<long long>(mb) * kBM + r;
+        const float wt = kMode == 2 && r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
 #pragma unroll
-        for (int h = 0; h < kRB; ++h) {
-            const int rb = 8 * sb + rb0 + h;  // row-block within the matrix
-            if constexpr (kMode == 0) {
-                const float v0 = glu<kAct>(acc[h][j][0], acc[h][j][2]);  // token 2t
-                const float v1 = glu<kAct>(acc[h][j][1], acc[h][j][3]);  // token 2t + 1
-                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                const int col = rb * 8 + g - odd;
-                if (r < valid)
-                    *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
-                        odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
-            } else {
-                const float wt = r < valid ? __ldg(p.sorted_weight + pos) : 0.0f;
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {  // output rows g (acc 0, 1) and g + 8 (acc 2, 3)
-                    const float v0 = acc[h][j][2 * half], v1 = acc[h][j][2 * half + 1];
-                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                    const int col = rb * 16 + 8 * half + g - odd;
-                    const float lo = odd ? other : v0, hi = odd ? v1 : other;
-                    if (r < valid && col < p.n_real)
-                        *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt * lo, wt * hi);
-                }
-            }
-        }
+        for (int h = 0; h < kRB; ++h)
+            prefill_store_tile<kMode, kAct>(p, acc[h][j][0], acc[h][j][1], acc[h][j][2], acc[h][j][3], g, r, pos,
+                                            8 * sb + rb0 + h, valid, wt);
     }
 }
 
