@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     constexpr int kCpt = 2 * kRecs / kPar;  // 16-byte token chunks per thread and step
     constexpr int kChunkStep = kThreads * 16;  // shared-memory bytes between a thread's chunks
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(1024) unsigned char smem_wg[];  // (its own name: smem_raw is declared 128-aligned)
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     const int ntiles = (valid + 7) >> 3;
     const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
 
-    const u32 sbase = smem_addr(smem_raw);
+    const u32 sbase = smem_addr(smem_wg);
     if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment (no static smem)
     const u32 wbase = sbase + SM::kOffW;
     const u32 xbars = wbase + kStages * kWSlot;
@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
 #pragma unroll 1
     for (int s = 0; s < kXS - 2 && s < total; ++s) produce_x(s, s);
 
-    // Epilogue of one super-block, as in moe_w4a16_prefill (kRB 1): accumulators 4j .. 4j + 3 are token
-    // tile j of row-block `rbw`; a lane holds (row g, tokens 8j + 2t, +1) and (row g + 8, same tokens).
+    // Epilogue of one super-block (prefill_store_tile): accumulators 4j .. 4j + 3 are token tile j of
+    // row-block `rbw`.
     const int odd = g & 1;
     float wt[8];  // down: the router weight of each token row this lane stores (read once per CTA)
 #pragma unroll
@@ -202,27 +202,8 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
         for (int j = 0; j < 8; ++j) {
             if (j >= ntiles) continue;
             const int r = 8 * j + 2 * t + odd;
-            const long long pos = static_cast<long long>(mb) * kBM + r;
-            const int rb = 8 * sb + rbw;
-            if constexpr (kMode == 0) {
-                const float v0 = glu<kAct>(acc[4 * j + 0], acc[4 * j + 2]);
-                const float v1 = glu<kAct>(acc[4 * j + 1], acc[4 * j + 3]);
-                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                const int col = rb * 8 + g - odd;
-                if (r < valid)
-                    *reinterpret_cast<u32*>(p.inter + pos * p.inter_stride + col) =
-                        odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
-            } else {
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                    const int col = rb * 16 + 8 * half + g - odd;
-                    const float lo = odd ? other : v0, hi = odd ? v1 : other;
-                    if (r < valid && col < p.n_real)
-                        *reinterpret_cast<u32*>(p.out + pos * p.out_stride + col) = pack_bf16x2(wt[j] * lo, wt[j] * hi);
-                }
-            }
+            prefill_store_tile<kMode, kAct>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r,
+                                            static_cast<long long>(mb) * kBM + r, 8 * sb + rbw, valid, wt[j]);
         }
     };
 
