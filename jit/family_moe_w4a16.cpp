@@ -164,8 +164,9 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
     return s;
 }
 
-// templates/device/moe_w4a16_prefill_wgmma.cuh, PrefillWgmmaSmem<kFormat, recs>: 4 token stages of 64 rows x
-// 128 recs bytes (core-matrix order, no padding), the weight slots, one mbarrier per stage of both rings.
+// templates/device/moe_w4a16_prefill_wgmma.cuh, PrefillWgmmaSmem<kFormat, recs, par>: 4 token stages of 64
+// rows x 128 recs bytes (128-byte swizzle, no padding), the weight slots (par super-blocks x recs records),
+// one mbarrier per stage of both rings.
 uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs, int par) {
     const int x_stages = 4, x_tile = 64 * 128 * recs;
     return static_cast<uint32_t>(x_stages * x_tile + stages * par * recs * record_bytes(f) +
