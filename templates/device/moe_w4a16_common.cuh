@@ -120,6 +120,16 @@ __device__ __forceinline__ void named_barrier(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+// Ring positions of the pipelines: the next slot of n, and (with a phase) the mbarrier parity that
+// flips each time the ring wraps.
+__device__ __forceinline__ int ring_next(int slot, int n) { return slot + 1 == n ? 0 : slot + 1; }
+__device__ __forceinline__ void ring_advance(int& slot, u32& phase, int n) {
+    if (++slot == n) {
+        slot = 0;
+        phase ^= 1u;
+    }
+}
+
 __device__ __forceinline__ uint4 lds128(u32 addr) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -258,16 +258,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) moe_w4a16_prefill(const De
                 }
             }
         }
-        if (++ws == kStages) {
-            ws = 0;
-            wph ^= 1u;
-        }
-        if (++xs == kXS) {
-            xs = 0;
-            xph ^= 1u;
-        }
-        wp = wp + 1 == kStages ? 0 : wp + 1;
-        xp = xp + 1 == kXS ? 0 : xp + 1;
+        ring_advance(ws, wph, kStages);
+        ring_advance(xs, xph, kXS);
+        wp = ring_next(wp, kStages);
+        xp = ring_next(xp, kXS);
     }
 
     // Epilogue: each live token tile of each row-block (prefill_store_tile).

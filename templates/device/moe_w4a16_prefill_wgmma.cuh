@@ -254,16 +254,10 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
                 }
             }
         }
-        if (++ws == kStages) {
-            ws = 0;
-            wph ^= 1u;
-        }
-        if (++xs == kXS) {
-            xs = 0;
-            xph ^= 1u;
-        }
-        wp = wp + 1 == kStages ? 0 : wp + 1;
-        xp = xp + 1 == kXS ? 0 : xp + 1;
+        ring_advance(ws, wph, kStages);
+        ring_advance(xs, xph, kXS);
+        wp = ring_next(wp, kStages);
+        xp = ring_next(xp, kXS);
         if constexpr (kNsb > 1) {
             if (++kq == nst) {  // super-block done: drain, store, start the next one from zero
                 kq = 0;
