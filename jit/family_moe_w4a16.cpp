@@ -21,12 +21,14 @@ int tiles_of(int block_m) {
     return block_m / 8;
 }
 
-// Routing, and the host GEMMs: also m-blocks of 64 rows (the prefill GEMMs' block_m).
-int routing_block_m(int block_m) {
+// Routing, and the host GEMMs: also m-blocks of 64 rows (the prefill GEMMs' block_m); device routing
+// also 128 and 192 (the large m-blocks of the warp-specialised wgmma prefill GEMMs).
+int routing_block_m(int block_m, bool large = false) {
     if (block_m == 0) return 8;
+    if (large && (block_m == 128 || block_m == 192)) return block_m;
     if (block_m != 8 && block_m != 16 && block_m != 32 && block_m != MoeW4A16Family::k_prefill_block_m)
-        throw InvalidArgument(fmt::format("moe_w4a16: block_m={} must be 8, 16, 32 or 64 (1, 2, 4 or 8 token tiles)",
-                                          block_m));
+        throw InvalidArgument(fmt::format("moe_w4a16: block_m={} must be 8, 16, 32 or 64{} (token tiles of 8)", block_m,
+                                          large ? ", 128 or 192" : ""));
     return block_m;
 }
 
@@ -180,6 +182,30 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par) {
     return s;
 }
 
+uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident) {
+    const int x_rec = block_m * 128;
+    return static_cast<uint32_t>((resident > 0 ? resident : slots) * x_rec + slots * record_bytes(f) +
+                                 round_up(8 * (2 * slots + 1), 128));
+}
+
+int prefill_ws_resident_records(WeightFormat f, int block_m, int k) {
+    const int recs = round_up(k, 64) / 64;
+    return moe_w4a16_prefill_ws_smem(f, block_m, 8, recs) <= static_cast<uint32_t>(k_smem_limit) ? recs : 0;
+}
+
+int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident) {
+    int s = 24;
+    while (s > 2 && moe_w4a16_prefill_ws_smem(f, block_m, s, resident) > static_cast<uint32_t>(k_smem_limit)) --s;
+    return s;
+}
+
+int prefill_ws_superblocks_per_cta(int n, int k) {
+    const int recs = round_up(k, 64) / 64;
+    int c = 1;
+    while (c < 8 && 2 * c * recs <= 32) c *= 2;
+    return std::max(1, std::min(c, n / MoeW4A16Family::k_superblock_rows));
+}
+
 int prefill_superblocks_per_cta(int n, int k) {
     const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;
     const int steps = round_up(k, 64) / (64 * recs);
@@ -227,7 +253,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
             throw InvalidArgument("moe_w4a16: the routing kernel takes no weights (weight format must be none)");
         d.experts = in.experts;
         d.act_dtype = runtime::DType::i32;
-        d.config.block_m = static_cast<uint16_t>(routing_block_m(in.config.block_m));
+        d.config.block_m = static_cast<uint16_t>(routing_block_m(in.config.block_m, true));
         d.config.warps = 32;
         return d;
     }
@@ -237,13 +263,40 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     if (which == MoeW4A16Kernel::dequant) return d;
 
     if (is_prefill(which)) {
-        if (in.config.block_m != 0 && in.config.block_m != k_prefill_block_m)
-            throw InvalidArgument(fmt::format("moe_w4a16: the prefill GEMMs have block_m 64, not {}", in.config.block_m));
+        const int bm = in.config.block_m ? in.config.block_m : k_prefill_block_m;
+        if (bm != k_prefill_block_m && bm != 128 && bm != 192)
+            throw InvalidArgument(fmt::format("moe_w4a16: the prefill GEMMs have block_m 64, 128 or 192, not {}", bm));
         if (which == MoeW4A16Kernel::prefill_gate_up) {
             d.config.flags |= in.config.flags & k_flag_situ;
             if (in.k % 64 != 0) d.config.flags |= k_flag_mask_k;
         } else {
             d.config.flags |= k_flag_rows;  // the prefill down GEMM writes rows only
+        }
+        if (bm != k_prefill_block_m) {
+            if (!(in.config.flags & k_flag_wgmma) || !has_wgmma(in.target))
+                throw InvalidArgument(fmt::format("moe_w4a16: prefill block_m {} is the warpgroup-MMA kernel's (sm_90a, "
+                                                  "flag bit 10), target {}",
+                                                  bm, to_string(in.target)));
+            if (in.config.flags & k_flag_wide)
+                throw InvalidArgument("moe_w4a16: the wide CTA has block_m 64");
+        }
+        if (bm != k_prefill_block_m && which == MoeW4A16Kernel::prefill_gate_up) {
+            // The warp-specialised wgmma kernel (moe_w4a16_prefill_wgmma_ws.cuh): one record per ring slot.
+            const int res = prefill_ws_resident_records(in.weight_format, bm, in.k);
+            const int slots = in.config.stages ? in.config.stages : moe_w4a16_prefill_ws_default_slots(in.weight_format, bm, res);
+            if (slots < 2 || slots > 24 ||
+                moe_w4a16_prefill_ws_smem(in.weight_format, bm, slots, res) > static_cast<uint32_t>(k_smem_limit))
+                throw InvalidArgument(fmt::format("moe_w4a16: {} ring slots of block_m {} do not fit in shared memory "
+                                                  "(2 to 24)",
+                                                  slots, bm));
+            d.config.flags |= k_flag_wgmma;
+            d.config.block_m = static_cast<uint16_t>(bm);
+            d.config.block_n = static_cast<uint16_t>(k_superblock_rows * prefill_ws_superblocks_per_cta(in.n, in.k));
+            d.config.block_k = 64;
+            d.config.stages = static_cast<uint8_t>(slots);
+            d.config.ctas_per_sm = 1;
+            d.config.warps = static_cast<uint8_t>(k_prefill_ws_threads / 32);
+            return d;
         }
         // Two records per K step (block_k 128) halve the per-step fixed work; they need K_pad % 128 == 0.
         const int recs = round_up(in.k, 64) % 128 == 0 ? 2 : 1;
@@ -267,7 +320,8 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
                                               stages, 64 * recs, limit, min_stages));
         if (wgmma) d.config.flags |= k_flag_wgmma;
         if (par == 2) d.config.flags |= k_flag_wide;
-        d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
+        // block_m 128 / 192 (down): the block_m 64 kernel on 64-row parts of the m-blocks
+        d.config.block_m = static_cast<uint16_t>(bm);
         d.config.block_n = static_cast<uint16_t>(k_superblock_rows * seq * par);
         d.config.block_k = static_cast<uint16_t>(64 * recs);
         d.config.stages = static_cast<uint8_t>(stages);
@@ -314,6 +368,9 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::combine: return 0;
         case MoeW4A16Kernel::prefill_gate_up:
         case MoeW4A16Kernel::prefill_down:
+            if (prefill_ws(d))
+                return moe_w4a16_prefill_ws_smem(d.weight_format, d.config.block_m, d.config.stages,
+                                                 prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k));
             if (d.config.flags & k_flag_wgmma)
                 return moe_w4a16_prefill_wgmma_smem(d.weight_format, d.config.stages, d.config.block_k / 64,
                                                     (d.config.flags & k_flag_wide) ? 2 : 1);
@@ -349,13 +406,23 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool gate_up = kind(d) == MoeW4A16Kernel::prefill_gate_up;
             const bool situ = (d.config.flags & k_flag_situ) != 0;
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
+            if (prefill_ws(d)) {
+                s.file_name = "moe_w4a16_prefill_wgmma_ws_gate_up.cu";
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<{}, {}, {}, {}, {}, {}, {}, {}>",
+                                          format_param(d.weight_format), wide, situ ? 1 : 0, mask,
+                                          d.config.block_m, d.config.stages,
+                                          prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k),
+                                          d.config.block_n / k_superblock_rows);
+                s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma_ws.cuh\"\n", to_string(d));
+                return s;
+            }
             if (d.config.flags & k_flag_wgmma) {
                 s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_gate_up.cu" : "moe_w4a16_prefill_wgmma_down.cu";
                 const int par = (d.config.flags & k_flag_wide) ? 2 : 1;
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                           format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
                                           d.config.stages, d.config.block_k / 64, d.config.block_n / k_superblock_rows / par,
-                                          par);
+                                          par, d.config.block_m / k_prefill_block_m);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma.cuh\"\n", to_string(d));
                 return s;
             }
@@ -471,7 +538,7 @@ KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, M
 }
 
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
-                                              MoeActivation act, Target target, bool wgmma, bool wide) {
+                                              MoeActivation act, Target target, bool wgmma, bool wide, int block_m) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
     const bool gate_up = which == MoeW4A16Kernel::prefill_gate_up;
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, gate_up ? "prefill gate_up" : "prefill down");
@@ -479,7 +546,7 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
         throw InvalidArgument(fmt::format("moe_w4a16: the prefill {} kernel needs {} weights", gate_up ? "gate_up" : "down",
                                           gate_up ? "interleaved gate/up" : "plain down"));
     KernelDescriptor d = weights_descriptor(w, target);
-    d.config.block_m = static_cast<uint16_t>(k_prefill_block_m);
+    d.config.block_m = static_cast<uint16_t>(block_m);
     d.config.flags = (gate_up ? 0u : 1u) | k_flag_prefill;
     if (act == MoeActivation::situ_glu && gate_up) d.config.flags |= k_flag_situ;
     if (!gate_up) d.config.flags |= k_flag_rows;
@@ -565,7 +632,9 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
                                           p.k_real, to_string(k.desc)));
     if (mblock_cap < 0) throw InvalidArgument("launch_moe_w4a16_prefill: negative m-block capacity");
     const int cols = (p.n_pad + k.desc.config.block_n - 1) / k.desc.config.block_n;  // CTAs per m-block
-    const int64_t ctas = static_cast<int64_t>(mblock_cap) * cols;
+    // (per 64-row part of the m-block, except for the warp-specialised kernel, which takes it whole)
+    const int parts = MoeW4A16Family::prefill_ws(k.desc) ? 1 : k.desc.config.block_m / MoeW4A16Family::k_prefill_block_m;
+    const int64_t ctas = static_cast<int64_t>(mblock_cap) * cols * parts;
     if (ctas > 0x7fffffff)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} m-blocks x {} CTAs exceed the grid", mblock_cap, cols));
     if (ctas == 0) return;

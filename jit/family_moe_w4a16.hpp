@@ -79,6 +79,7 @@ public:
     static constexpr uint32_t k_flag_wide = 1u << 11;    // wgmma prefill: two super-blocks side by side per CTA
     static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
+    static constexpr int k_prefill_ws_threads = 384;  // block_m 128 / 192: 2 consumer + 1 producer warpgroups
     static constexpr int k_prefill_block_m = 64;
     static constexpr int k_superblock_rows = 128;
     static constexpr int k_max_experts = 4096;
@@ -123,10 +124,15 @@ public:
     static bool fusable(int n, int k);
     // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
     static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target);
-    // The prefill GEMMs (prefill_gate_up or prefill_down; block_m 64; down always writes rows). `wgmma`:
-    // the warpgroup-MMA version (refused unless the target is sm_90a).
+    // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
+    // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:
+    // the warp-specialised kernel for large m-blocks.
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                         Target target, bool wgmma = false, bool wide = false);
+                                         Target target, bool wgmma = false, bool wide = false, int block_m = 64);
+    // Whether a prefill descriptor names the warp-specialised gate_up kernel (block_m 128 / 192).
+    static bool prefill_ws(const KernelDescriptor& d) {
+        return kind(d) == MoeW4A16Kernel::prefill_gate_up && d.config.block_m > k_prefill_block_m;
+    }
     // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).
     static bool has_wgmma(Target target) { return !target.is_host() && target.arch == 90 && target.suffix == 'a'; }
     static KernelDescriptor combine(Target target);
@@ -153,6 +159,14 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par = 1
 // 128-row super-blocks per CTA of the warpgroup-MMA prefill GEMMs (block_n / 128): the largest power of two
 // up to 8 that keeps a CTA at 16 K steps or fewer (1 from 16 steps, i.e. K >= 2048), at most n / 128.
 int prefill_superblocks_per_cta(int n, int k);
+// The warp-specialised wgmma prefill GEMMs (block_m 128 / 192, templates/device/moe_w4a16_prefill_wgmma_ws.cuh,
+// prefill_ws_smem_bytes): `slots` ring slots of one weight record (+ one token record unless the token tile
+// is resident), one CTA per SM. Resident records: K / 64 where the whole tile fits next to 8 slots, else 0.
+uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident);
+int prefill_ws_resident_records(WeightFormat f, int block_m, int k);
+int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident);
+// Super-blocks a CTA of that kernel walks: the largest power of two up to 8 keeping it at 32 records or fewer.
+int prefill_ws_superblocks_per_cta(int n, int k);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.
 struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams

@@ -56,6 +56,14 @@ DeviceMoeWeights DeviceMoeWeights::upload(const moe::PreparedMoeWeights& w) {
     return d;
 }
 
+int MoeW4A16::prefill_block_m(int64_t slots) const {
+    if (opt_.prefill_block_m != 0) return opt_.prefill_block_m;
+    if (!opt_.prefill_wgmma || !MoeW4A16Family::has_wgmma(target_)) return 64;
+    const double r = static_cast<double>(slots) / (static_cast<double>(experts_) * opt_.ep_size);
+    if (r < 80.0) return 64;
+    return 1.1 * r <= 128.0 ? 128 : 192;
+}
+
 int MoeW4A16::choose_tiles(int64_t tokens, int topk, int experts) {
     const double n = static_cast<double>(tokens) * topk;
     if (n <= 0 || experts <= 0) return 1;
@@ -123,6 +131,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     const MoeW4A16Schedule dn_sched = dn_dyn ? MoeW4A16Schedule::dynamic : MoeW4A16Schedule::static_shares;
 
     const Target target = disp.device_target();
+    target_ = target;
     k_routing_ = &disp.get(MoeW4A16Family::routing(experts_, tiles_, target));
     if (gu_static_possible)
         k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target,
@@ -136,29 +145,42 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
     if (fused_possible) k_fused_ = &disp.get(MoeW4A16Family::fused(gate_up, opt.act, tiles_, target));
+    const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
+    const bool wgmma = opt.prefill_wgmma && MoeW4A16Family::has_wgmma(target);
+    if (opt.prefill_block_m != 0 && opt.prefill_block_m != 64 && opt.prefill_block_m != 128 && opt.prefill_block_m != 192)
+        throw InvalidArgument(fmt::format("moe_w4a16: prefill_block_m={} (0 automatic, 64, 128 or 192)", opt.prefill_block_m));
+    if (opt.prefill_block_m > 64 && !wgmma)
+        throw InvalidArgument(fmt::format("moe_w4a16: prefill_block_m={} needs the warpgroup-MMA prefill (sm_90a)",
+                                          opt.prefill_block_m));
+    if (opt.ep_size < 1) throw InvalidArgument(fmt::format("moe_w4a16: ep_size={} must be at least 1", opt.ep_size));
+    // Sorted rows, the intermediate and down's rows cover every m-block size a call may use.
+    const int bm = 8 * tiles_;
+    mblock_cap_ = mblock_capacity(slots, experts_, bm);
+    size_t rows = static_cast<size_t>(mblock_cap_) * bm;
+    int info_cap = mblock_cap_;
     if (prefill_possible) {
-        k_routing_pre_ = &disp.get(MoeW4A16Family::routing(experts_, MoeW4A16Family::k_prefill_block_m / 8, target));
-        const bool wgmma = opt.prefill_wgmma && MoeW4A16Family::has_wgmma(target);
-        k_gate_up_pre_ =
-            &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target, wgmma,
-                                                   opt.prefill_wide));
-        k_down_pre_ = &disp.get(
-            MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target, wgmma, opt.prefill_wide));
-        prefer_shared_carveout(*k_gate_up_pre_);
-        prefer_shared_carveout(*k_down_pre_);
+        // Every block_m a call from prefill_min slots up to the workspace may pick (the rule is monotone).
+        const int bm_lo = prefill_block_m(std::max<int64_t>(1, opt.prefill_min * experts_));
+        const int bm_hi = prefill_block_m(slots);
+        for (int b = bm_lo; b <= bm_hi; b += 64) {
+            PrefillKernels& k = pre_[b / 64 - 1];
+            k.routing = &disp.get(MoeW4A16Family::routing(experts_, b / 8, target));
+            k.gate_up = &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target,
+                                                               wgmma, opt.prefill_wide && b == 64, b));
+            k.down = &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target, wgmma,
+                                                            opt.prefill_wide && b == 64, b));
+            prefer_shared_carveout(*k.gate_up);
+            prefer_shared_carveout(*k.down);
+            const int cap = mblock_capacity(slots, experts_, b);
+            rows = std::max(rows, static_cast<size_t>(cap) * b);
+            info_cap = std::max(info_cap, cap);
+        }
     }
     sm_count_ = runtime::device_props(0).sm_count;
 
-    const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
-    const int bm = 8 * tiles_;
-    mblock_cap_ = mblock_capacity(slots, experts_, bm);
-    mblock_cap_pre_ = prefill_possible ? mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m) : 0;
-    // Sorted rows, the intermediate and down's rows cover both m-block sizes.
-    const size_t rows = std::max(static_cast<size_t>(mblock_cap_) * bm,
-                                 static_cast<size_t>(mblock_cap_pre_) * MoeW4A16Family::k_prefill_block_m);
     counts_ = runtime::DeviceBuffer(static_cast<size_t>(experts_) * 4);
     nmb_ = runtime::DeviceBuffer(4);
-    info_ = runtime::DeviceBuffer(static_cast<size_t>(std::max(mblock_cap_, mblock_cap_pre_)) * 8);
+    info_ = runtime::DeviceBuffer(static_cast<size_t>(info_cap) * 8);
     sorted_token_ = runtime::DeviceBuffer(rows * 4);
     sorted_weight_ = runtime::DeviceBuffer(rows * 4);
     inter_ = runtime::DeviceBuffer(rows * inter_pad_ * 2);
@@ -211,13 +233,15 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
                                           opt_.max_tokens, opt_.topk));
     tokens_ = static_cast<int>(topk_ids.shape[0]);
     const int64_t slots = static_cast<int64_t>(tokens_) * opt_.topk;
-    use_prefill_ = k_gate_up_pre_ != nullptr && prefill_call(slots, experts_, opt_.prefill_min);
+    use_prefill_ = pre_[0].gate_up != nullptr || pre_[1].gate_up != nullptr || pre_[2].gate_up != nullptr;
+    use_prefill_ = use_prefill_ && prefill_call(slots, experts_, opt_.prefill_min);
     if (use_prefill_) {
         use_rows_ = true;
         gu_dyn_ = dn_dyn_ = use_fused_ = false;
-        // The call's own capacity (the grids are sized by it), never more than the workspace holds.
-        call_cap_ = std::min(mblock_cap_pre_, mblock_capacity(slots, experts_, MoeW4A16Family::k_prefill_block_m));
-        launch_routing_kernel(*k_routing_pre_, topk_ids, topk_weights, call_cap_, stream);
+        pre_bm_ = prefill_block_m(slots);
+        // The call's own capacity (the grids are sized by it; slots <= the workspace's).
+        call_cap_ = mblock_capacity(slots, experts_, pre_bm_);
+        launch_routing_kernel(*pre_[pre_bm_ / 64 - 1].routing, topk_ids, topk_weights, call_cap_, stream);
         return;
     }
     use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min;
@@ -281,7 +305,7 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
 
 void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, CUstream stream) {
     const MoeW4A16DecodeParams p = gate_up_params(gate_up, x);
-    if (use_prefill_) launch_moe_w4a16_prefill(*k_gate_up_pre_, p, call_cap_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*pre_[pre_bm_ / 64 - 1].gate_up, p, call_cap_, stream);
     else if (use_fused_) launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(), sm_count_, stream);
     else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
@@ -316,7 +340,7 @@ MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& o
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
-    if (use_prefill_) launch_moe_w4a16_prefill(*k_down_pre_, down_params(down, out), call_cap_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*pre_[pre_bm_ / 64 - 1].down, down_params(down, out), call_cap_, stream);
     else if (!use_fused_)  // fused: down ran in launch_gate_up
         launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, down_params(down, out),
                               sm_count_, stream);

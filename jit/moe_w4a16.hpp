@@ -74,6 +74,13 @@ struct MoeW4A16Options {
     // wgmma prefill GEMMs with K >= 2048: CTAs of two super-blocks side by side (one per SM) instead of
     // one (two per SM). Measured slower on H200 (K2 EP8 2048 and TP8 8192: +8-10%, perf notes §11).
     bool prefill_wide = false;
+    // Rows per m-block of the prefill configuration: 64, or 128 / 192 (the warp-specialised wgmma
+    // kernel, sm_90a); 0 = per call from the expected rows per expert r = M x topk / (experts x ep_size)
+    // (the tok_e rule): 64 below 80, else the smallest of 128 and 192 holding 1.1 r, else 192.
+    int prefill_block_m = 0;
+    // Expert-parallel ranks the top-k ids are spread over (ids of other ranks' experts are skipped): the
+    // automatic prefill block_m expects M x topk / ep_size routed rows here.
+    int ep_size = 1;
     // Decode calls from fused_min routed slots (M x topk; -1 never) run gate_up and down as one
     // persistent launch (moe_w4a16_decode_fused, both dynamic, down in the rows mode + combine: down
     // items of an m-block start once its gate_up items are done) unless a schedule is forced static.
@@ -116,12 +123,13 @@ public:
 
     int tiles() const { return tiles_; }
     const LoadedKernel& gate_up_kernel() const {
-        return use_prefill_ ? *k_gate_up_pre_ : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
+        return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].gate_up : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
     }
     const LoadedKernel& down_kernel() const {
-        return use_prefill_ ? *k_down_pre_ : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
+        return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].down : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
     }
-    const LoadedKernel& routing_kernel() const { return use_prefill_ ? *k_routing_pre_ : *k_routing_; }
+    const LoadedKernel& routing_kernel() const { return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].routing : *k_routing_; }
+    int prefill_block_m_in_flight() const { return pre_bm_; }
 
 private:
     // Routing prep of the call in flight into m-blocks of `k`'s block_m, `cap` of them at most.
@@ -138,7 +146,7 @@ private:
     int sm_count_ = 0;
     int hidden_ = 0, inter_pad_ = 0, experts_ = 0;
     int mblock_cap_ = 0;      // m-blocks of 8 x tiles rows the workspace holds
-    int mblock_cap_pre_ = 0;  // m-blocks of 64 rows the workspace holds (prefill configuration)
+    Target target_;
     int call_cap_ = 0;        // m-block capacity given to the routing launch of the call in flight (prefill)
     int tokens_ = 0;       // M of the call in flight (set by launch_routing)
     bool use_prefill_ = false;  // the call in flight runs the prefill configuration
@@ -155,9 +163,16 @@ private:
     const LoadedKernel* k_down_rows_ = nullptr;    // rows mode, with the down schedule's rows pick
     const LoadedKernel* k_combine_ = nullptr;
     const LoadedKernel* k_fused_ = nullptr;        // fused decode (null when never used)
-    const LoadedKernel* k_routing_pre_ = nullptr;  // prefill configuration (null when never used)
-    const LoadedKernel* k_gate_up_pre_ = nullptr;
-    const LoadedKernel* k_down_pre_ = nullptr;
+    // Prefill configuration per block_m 64 / 128 / 192 (null when never used).
+    struct PrefillKernels {
+        const LoadedKernel* routing = nullptr;
+        const LoadedKernel* gate_up = nullptr;
+        const LoadedKernel* down = nullptr;
+    };
+    PrefillKernels pre_[3];
+    int pre_bm_ = 64;  // block_m of the call in flight (prefill)
+    // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
+    int prefill_block_m(int64_t slots) const;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;
     runtime::DeviceBuffer work_, split_acc_, split_cnt_, slot_pos_, rows_, gu_done_;
 };

@@ -260,6 +260,7 @@ void run_bench(const BenchOptions& o) {
         opt.topk = sc.topk;
         opt.max_tokens = std::max(1, r.tokens);
         opt.tiles = sc.tiles;
+        if (std::string(sc.routing) == "ep") opt.ep_size = 8;  // the other ranks' slots are skipped here
         MoeW4A16 layer(disp, gu, dn, opt);
 
         std::vector<uint16_t> x(static_cast<size_t>(r.tokens) * sc.hidden);
@@ -321,15 +322,16 @@ void run_bench(const BenchOptions& o) {
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
         const double flops = 2.0 * rows * (3.0 * sc.inter * sc.hidden);
-        // The configuration the timed calls ran: the prefill GEMMs (block_m 64), the fused decode kernel
+        // The configuration the timed calls ran: the prefill GEMMs (with their block_m), the fused decode kernel
         // (its time is the gate_up column; down is then the combine alone), or the decode kernels with
         // their schedules (gate_up/down) and combine path.
+        const uint32_t pf = layer.uses_prefill() ? layer.gate_up_kernel().desc.config.flags : 0u;
         const std::string variant =
-            layer.uses_prefill() ? std::string((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma)
-                                                   ? ((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wide)
-                                                          ? "prefill wgmma wide bm=64+rows"
-                                                          : "prefill wgmma bm=64+rows")
-                                                   : "prefill bm=64+rows")
+            layer.uses_prefill() ? fmt::format("prefill {}bm={}+rows",
+                                               (pf & MoeW4A16Family::k_flag_wgmma)
+                                                   ? ((pf & MoeW4A16Family::k_flag_wide) ? "wgmma wide " : "wgmma ")
+                                                   : "",
+                                               layer.prefill_block_m_in_flight())
             : layer.uses_fused() ? fmt::format("decode bm={} fused+rows", 8 * layer.tiles())
                                  : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(),
                                                layer.gate_up_dynamic() ? "dyn" : "static",
@@ -420,6 +422,11 @@ void add_moe_bench(CLI::App& bench) {
     cmd->add_option("--prefill-wide", opts->layer.prefill_wide,
                     "wgmma prefill GEMMs with K >= 2048: two 128-row super-blocks side by side per CTA (one CTA per SM)")
         ->envname("KILN_BENCH_MOE_PREFILL_WIDE");
+    cmd->add_option("--prefill-block-m", opts->layer.prefill_block_m,
+                    "rows per m-block of the prefill GEMMs: 64, 128 or 192 (the warp-specialised wgmma kernel, "
+                    "sm_90a); 0 = from the expected rows per expert")
+        ->envname("KILN_BENCH_MOE_PREFILL_BLOCK_M")
+        ->check(CLI::IsMember({0, 64, 128, 192}));
     cmd->add_option("--fuse", opts->layer.fuse,
                     "decode from --fused-min routed slots: gate_up and down (dynamic, rows + combine) in one persistent launch")
         ->envname("KILN_BENCH_MOE_FUSE");

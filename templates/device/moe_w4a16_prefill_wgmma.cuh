@@ -65,14 +65,17 @@ __device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4]
     for (int s = 1; s < 4; ++s) wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], desc + 2 * s, 1);
 }
 
+// kSub: the routing's m-blocks hold 64 kSub rows (block_m 128 / 192, whose gate_up runs
+// moe_w4a16_prefill_wgmma_ws); each CTA takes a 64-row part of one (grid: kSub parts per m-block).
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs, int kNsb = 1,
-          int kPar = 1>
+          int kPar = 1, int kSub = 1>
 __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe_w4a16_prefill_wgmma(const DecodeParams p) {
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per step");
     static_assert(kNsb >= 1 && kNsb <= 16, "1 to 16 super-blocks per CTA in sequence");
     static_assert(kPar == 1 || (kPar == 2 && kNsb == 1), "two super-blocks side by side, or several in sequence");
     static_assert(kStages >= 3, "at least three weight stages (refills run two steps behind)");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
+    static_assert(kSub >= 1 && kSub <= 3, "m-blocks of 64, 128 or 192 rows");
     using SM = PrefillWgmmaSmem<kFormat, kRecs, kPar>;
     using LB = typename SM::LB;
     constexpr int kThreads = kPrefillThreads * kPar;
@@ -95,8 +98,9 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
 
     const int nsb = p.n_pad >> 7;
     const int ncol = (nsb + kNsb * kPar - 1) / (kNsb * kPar);
-    const int mb = static_cast<int>(blockIdx.x) / ncol;
-    const int sb0 = (static_cast<int>(blockIdx.x) - mb * ncol) * kNsb * kPar;
+    const int part = static_cast<int>(blockIdx.x) / ncol;  // 64-row part of the routing's m-blocks
+    const int sb0 = (static_cast<int>(blockIdx.x) - part * ncol) * kNsb * kPar;
+    const int mb = part / kSub;
     if (mb >= *p.num_mblocks) return;
     const int nq = p.k_pad >> 6;
     const int nst = nq / kRecs;                                   // K steps per super-block
@@ -110,7 +114,9 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     // steps fit in the prefetched slots: loaded once, never refilled.
     const bool resident = kNsb > 1 && nst <= kXS - 2;
     const int2 info = __ldg(p.mblock_info + mb);
-    const int valid = info.y;
+    const int valid = min(kBM, info.y - (part - mb * kSub) * kBM);  // rows of this part
+    if (valid <= 0) return;
+    const long long row0 = static_cast<long long>(mb) * (kBM * kSub) + (part - mb * kSub) * kBM;  // its first sorted row
     const int ntiles = (valid + 7) >> 3;
     const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
 
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
         const int row = item & 63;
         src[h] = nullptr;
         if (row < valid) {
-            const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+            const int sr = kMode == 0 ? __ldg(p.sorted_token + row0 + row) : static_cast<int>(row0) + row;
             src[h] = p.x + static_cast<long long>(sr) * p.x_stride + (item >> 6) * 64 + c * 8;
         }
     }
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int r = 8 * j + 2 * t + odd;
-        wt[j] = kMode == 2 && r < valid ? __ldg(p.sorted_weight + static_cast<long long>(mb) * kBM + r) : 0.0f;
+        wt[j] = kMode == 2 && r < valid ? __ldg(p.sorted_weight + row0 + r) : 0.0f;
     }
     auto store_block = [&](int sb) {
 #pragma unroll
@@ -203,7 +209,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
             if (j >= ntiles) continue;
             const int r = 8 * j + 2 * t + odd;
             prefill_store_tile<kMode, kAct>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r,
-                                            static_cast<long long>(mb) * kBM + r, 8 * sb + rbw, valid, wt[j]);
+                                            row0 + r, 8 * sb + rbw, valid, wt[j]);
         }
     };
 

@@ -123,6 +123,7 @@ void run_case(const Case& c) {
         bool fuse = true;       // the fused decode kernel where the rows path meets the dynamic gate_up
         bool wgmma = true;      // prefill: the warpgroup-MMA GEMMs (sm_90a), else the mma.sync ones
         bool wide = false;      // wgmma prefill: two super-blocks side by side per CTA where K allows
+        int block_m = 0;        // prefill rows per m-block (0: the layer's rule; 128 / 192 need wgmma)
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -138,10 +139,17 @@ void run_case(const Case& c) {
         {"prefill (forced)", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1},
         {"prefill (forced), workspace for 3 M", P::automatic, P::automatic, -1, -1, 1, -1, 0, 3},
         {"prefill (forced), mma.sync", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, false},
-        {"prefill (forced), wide CTAs", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, true},
+        {"prefill (forced), wide CTAs", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, true, 64},
+        // (prefill-sized cases only; the automatic choice above takes 192 where a case has >= 117 rows per expert)
+        {"prefill (forced), block_m 64", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, false, 64},
+        {"prefill (forced), block_m 128, workspace for 2 M", P::automatic, P::automatic, -1, -1, 1, 256, 0, 2, true, true,
+         false, 128},
     };
+    const bool has_wgmma = MoeW4A16Family::has_wgmma(fx.disp->device_target());
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
+        if (cfg.block_m > 64 && !has_wgmma) continue;  // the large m-blocks are the wgmma kernel's
+        if (cfg.block_m != 0 && !cfg.wide && c.tokens < 2048) continue;
         MoeW4A16Options opt;
         opt.act = c.act;
         opt.topk = c.topk;
@@ -157,6 +165,7 @@ void run_case(const Case& c) {
         opt.fuse = cfg.fuse;
         opt.prefill_wgmma = cfg.wgmma;
         opt.prefill_wide = cfg.wide;
+        opt.prefill_block_m = cfg.block_m;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
@@ -178,8 +187,17 @@ void run_case(const Case& c) {
                 CHECK(layer.uses_rows_path());
                 CHECK(MoeW4A16Family::kind(layer.gate_up_kernel().desc) == MoeW4A16Kernel::prefill_gate_up);
                 CHECK(MoeW4A16Family::kind(layer.down_kernel().desc) == MoeW4A16Kernel::prefill_down);
-                CHECK(layer.routing_kernel().desc.config.block_m == 64);
-                const bool wgmma = cfg.wgmma && MoeW4A16Family::has_wgmma(fx.disp->device_target());
+                const bool wgmma = cfg.wgmma && has_wgmma;
+                // the tok_e rule: rows per expert r = slots / experts; 64 below 80, else 128 or 192 (1.1 r)
+                const double rows_e = double(c.tokens) * c.topk / c.experts;
+                const int want_bm = cfg.block_m ? cfg.block_m
+                                    : !wgmma || rows_e < 80 ? 64
+                                    : 1.1 * rows_e <= 128 ? 128
+                                                          : 192;
+                CHECK(layer.prefill_block_m_in_flight() == want_bm);
+                CHECK(layer.routing_kernel().desc.config.block_m == want_bm);
+                CHECK(layer.gate_up_kernel().desc.config.block_m == want_bm);
+                CHECK(layer.down_kernel().desc.config.block_m == want_bm);
                 CHECK(((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
                 CHECK(((layer.down_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
             }

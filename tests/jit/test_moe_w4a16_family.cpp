@@ -366,7 +366,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     const KernelDescriptor mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200);
     CHECK(!(g == mma));  // two kernels, two cache entries
     CHECK(MoeW4A16Family().device_source(g).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2, 1, 1>");
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 5, 2, 1, 1, 1>");
     CHECK(g.config.block_n == 128);  // K 7168: one super-block per CTA
     CHECK(MoeW4A16Family().device_source(g).file_name == "moe_w4a16_prefill_wgmma_gate_up.cu");
 
@@ -387,7 +387,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
     CHECK(t8.config.block_n == 1024);
     CHECK(MoeW4A16Family().canonicalize(t8) == t8);
-    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8, 1>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(t8).name_expr.find(", 2, 8, 1, 1>") != std::string::npos);
     const KernelDescriptor t8_mma = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200);
     CHECK(t8_mma.config.block_n == 128);  // the mma.sync version keeps a super-block per CTA
     // The wide CTA (two super-blocks side by side, one CTA per SM): only where a CTA walks one super-block.
@@ -400,7 +400,7 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     CHECK(gw.config.stages == 9);  // 64 KB of token stages + 9 x 18,432-byte weight slots under 227 KB
     CHECK(MoeW4A16Family().max_dynamic_smem(gw) == 231552u);
     CHECK(MoeW4A16Family().canonicalize(gw) == gw);
-    CHECK(MoeW4A16Family().device_source(gw).name_expr.find(", 9, 2, 1, 2>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(gw).name_expr.find(", 9, 2, 1, 2, 1>") != std::string::npos);
     const KernelDescriptor t8w =
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true, true);
     CHECK(t8w == t8);  // short K walks super-blocks in sequence instead
@@ -435,6 +435,94 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
         check_cubin(out, "moe_w4a16_prefill_wgmma");
         // ptxas must keep the wgmmas asynchronous (a branch around them serialises every one: advisory
         // C7518) and spill nothing.
+        CAPTURE(out.log);
+        CHECK(out.log.find("Used ") != std::string::npos);
+        CHECK(out.log.find("serialized") == std::string::npos);
+        CHECK(out.log.find(" 0 bytes spill stores") != std::string::npos);
+    }
+}
+
+// Compiled with the kernel: the family's shared-memory size equals the template's.
+std::string prefill_ws_smem_checks(const KernelDescriptor& d) {
+    const int res = prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k);
+    return "\nstatic_assert(kiln_dev::moe::prefill_ws_smem_bytes<" + std::string(dev_format(d.weight_format)) + ", " +
+           std::to_string(d.config.block_m) + ", " + std::to_string(res) + ">(" + std::to_string(d.config.stages) +
+           ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family ws prefill smem\");\n";
+}
+
+TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 192)") {
+    const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 7168);  // K2 TP8
+    const auto dn = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
+    const auto dn3 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 384);  // K3 TP8
+    const auto odd = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 160, 352);
+    const auto pg = [&](const moe::PreparedMoeWeights& w, bool gate_up, int bm) {
+        return MoeW4A16Family::prefill_gemm(gate_up ? MoeW4A16Kernel::prefill_gate_up : MoeW4A16Kernel::prefill_down, w,
+                                            MoeActivation::silu_glu, k_h200, true, false, bm);
+    };
+    // gate_up, K 7168: streaming, 24 KB token record + 4,608-byte weight record per slot: 7 slots.
+    const KernelDescriptor g192 = pg(gu, true, 192);
+    CHECK(g192.config.block_m == 192);
+    CHECK(g192.config.stages == 7);
+    CHECK(g192.config.warps == 12);
+    CHECK(g192.config.ctas_per_sm == 1);
+    CHECK(g192.config.block_n == 128);
+    CHECK(prefill_ws_resident_records(g192.weight_format, 192, 7168) == 0);
+    CHECK(MoeW4A16Family().max_dynamic_smem(g192) == 204416u);
+    CHECK(MoeW4A16Family().canonicalize(g192) == g192);
+    CHECK(MoeW4A16Family().device_source(g192).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 0, false, 192, 7, 0, 1>");
+    const KernelDescriptor g128 = pg(gu, true, 128);
+    CHECK(g128.config.stages == 11);  // 16 KB + 4,608 B per slot
+    CHECK(MoeW4A16Family().max_dynamic_smem(g128) == 231168u);
+    // down keeps the block_m 64 wgmma kernel, on 64-row parts of the m-blocks (kSub = block_m / 64).
+    const KernelDescriptor d192 = pg(dn, false, 192);
+    CHECK(!MoeW4A16Family::prefill_ws(d192));
+    CHECK(MoeW4A16Family::prefill_ws(g192));
+    CHECK(d192.config.block_m == 192);
+    CHECK(d192.config.block_n == 1024);
+    CHECK(d192.config.ctas_per_sm == 2);
+    CHECK((d192.config.flags & MoeW4A16Family::k_flag_rows) != 0);
+    const KernelDescriptor d64 = pg(dn, false, 64);
+    CHECK(MoeW4A16Family().max_dynamic_smem(d192) == MoeW4A16Family().max_dynamic_smem(d64));
+    CHECK(MoeW4A16Family().device_source(d192).name_expr.find("moe_w4a16_prefill_wgmma<") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(d192).name_expr.find(", 8, 1, 3>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(d64).name_expr.find(", 8, 1, 1>") != std::string::npos);
+    const KernelDescriptor d3 = pg(dn3, false, 128);
+    CHECK(MoeW4A16Family().device_source(d3).name_expr.find(", 4, 1, 2>") != std::string::npos);
+    CHECK(prefill_ws_superblocks_per_cta(3584, 384) == 4);
+    CHECK(prefill_ws_superblocks_per_cta(7168, 256) == 8);
+    CHECK(prefill_ws_superblocks_per_cta(256, 256) == 2);
+    CHECK(prefill_ws_superblocks_per_cta(4096, 7168) == 1);
+    const KernelDescriptor o128 = pg(odd, true, 128);  // K 352: masked, 6 resident records
+    CHECK((o128.config.flags & MoeW4A16Family::k_flag_mask_k) != 0);
+    CHECK(prefill_ws_resident_records(o128.weight_format, 128, 352) == 6);
+
+    // Refused: block_m 128 / 192 without wgmma, on other targets, with the wide CTA, other block_m, too many slots.
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200,
+                                                 false, false, 192),
+                    kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu,
+                                                 Target::sm(90), true, false, 192),
+                    kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu, MoeActivation::silu_glu, k_h200,
+                                                 true, true, 128),
+                    kiln::InvalidArgument);
+    CHECK_THROWS_AS(pg(gu, true, 96), kiln::InvalidArgument);
+    KernelDescriptor big = g192;
+    big.config.stages = 8;
+    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(big), kiln::InvalidArgument);
+    big.config.stages = 2;
+    CHECK(MoeW4A16Family().canonicalize(big).config.stages == 2);
+    // Routing in m-blocks of 128 / 192 (device target).
+    CHECK(MoeW4A16Family::routing(384, 24, k_h200).config.block_m == 192);
+    CHECK(MoeW4A16Family::routing(384, 16, k_h200).config.block_m == 128);
+    CHECK_THROWS_AS(MoeW4A16Family::routing(384, 12, k_h200), kiln::InvalidArgument);
+
+    for (const KernelDescriptor& k : {g192, g128, o128, d192, d3}) {
+        CAPTURE(to_string(k));
+        const bool ws = MoeW4A16Family::prefill_ws(k);
+        const NvrtcOutput out = compile(k, ws ? prefill_ws_smem_checks(k) : prefill_wgmma_smem_checks(k), true);
+        check_cubin(out, ws ? "moe_w4a16_prefill_wgmma_ws" : "moe_w4a16_prefill_wgmma");
         CAPTURE(out.log);
         CHECK(out.log.find("Used ") != std::string::npos);
         CHECK(out.log.find("serialized") == std::string::npos);

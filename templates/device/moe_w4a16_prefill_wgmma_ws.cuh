@@ -1,0 +1,239 @@
+// moe_w4a16 prefill gate_up for large m-blocks (128 or 192 routed rows: TP-sliced prefill, ~100-200 rows
+// per expert), warpgroup MMA with warp specialisation (sm_90a only). With block_m 64 an expert of 171
+// rows takes three m-blocks, so its weights are dequantised three times and every m-block's token tile
+// is read once per super-block; here one m-block covers the expert and wgmma runs with N up to 192.
+// (down keeps moe_w4a16_prefill_wgmma, in 64-row parts of these m-blocks: this kernel's one CTA per SM
+// cannot hide down's long epilogues, measured 1.6x slower there.)
+//
+// CTA: two consumer warpgroups (warps 0-7: warp w dequantises row-block w of the 128-row super-block
+// into the register A operand of wgmma.mma_async.m64nNk16, as in moe_w4a16_prefill_wgmma) and a
+// producer warpgroup (warps 8-11: the gathered token rows with cp.async, one bulk copy per weight record;
+// setmaxnreg moves its registers to the consumers, 40 against 232). One CTA per SM (a 64-wide record of
+// tokens is kBM x 128 bytes). No CTA barrier in the main loop: a ring of kSlots records, each slot with
+// a "full" mbarrier (the weight record's bytes plus one arrival per producer thread once its token
+// copies landed) and an "empty" one (one arrival per consumer warp once the wgmma group that read the
+// slot has retired).
+//
+// Consumers: record i dequantises into A buffer i % 2 while the group of record i - 1 is still in
+// flight (the loop is unrolled by two so the buffers are distinct registers); wait_group 1 after each
+// commit retires record i - 1, whose slot is then released. N = 16 x ceil(rows / 16) per m-block.
+//
+// kRes > 0 (short K): the m-block's whole token tile, kRes records, is loaded once into its own region
+// and the ring carries weight records only; a CTA walks kNsb super-blocks one after another
+// (accumulators restart with scale-d 0; one super-block's epilogue overlaps the producers' loads for
+// the next). kRes = 0: every slot holds one record of tokens and one of weights.
+//
+// Tiles, epilogue (prefill_store_tile) and parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted
+// rows are mb x kBM .. mb x kBM + kBM - 1 (routing with block_m kBM).
+#pragma once
+
+#include "device/moe_w4a16_prefill_wgmma.cuh"
+
+namespace kiln_dev {
+namespace moe {
+
+constexpr int kWsConsumerThreads = 256;
+constexpr int kWsProducerThreads = 128;
+constexpr int kWsThreads = kWsConsumerThreads + kWsProducerThreads;
+constexpr int kWsSmemLimit = 232448;
+
+// Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | mbarriers
+// (full per slot, empty per slot, the resident tile's)].
+template <int kFormat, int kBM, int kRes>
+struct PrefillWsSmem {
+    using LB = LayoutBytes<kFormat, kDecodeBlocks>;
+    static constexpr int kRec = LB::kRecordBytes;
+    static constexpr int kXRec = kBM * 128;  // one 64-wide record of kBM token rows, 128-byte swizzle
+};
+
+template <int kFormat, int kBM, int kRes>
+__host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
+    using SM = PrefillWsSmem<kFormat, kBM, kRes>;
+    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + ((8 * (2 * slots + 1) + 127) / 128) * 128;
+}
+
+template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kBM, int kSlots, int kRes, int kNsb>
+__global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(const DecodeParams p) {
+    static_assert(kBM == 128 || kBM == 192, "m-blocks of 128 or 192 rows");
+    static_assert(kSlots >= 2 && kNsb >= 1 && kNsb <= 16 && kRes >= 0, "ring and walk");
+    static_assert(prefill_ws_smem_bytes<kFormat, kBM, kRes>(kSlots) <= kWsSmemLimit, "shared memory");
+    using SM = PrefillWsSmem<kFormat, kBM, kRes>;
+    using LB = typename SM::LB;
+    constexpr int kRec = SM::kRec;
+    constexpr int kXRec = SM::kXRec;
+    constexpr int kScB = LB::kScaleBytesPerBlock;
+    constexpr int kWB = LB::kWeightBytes;
+    constexpr int kTiles = kBM / 8;  // token tiles of 8 per m-block
+    constexpr int kRows = kBM / 16;  // token rows per producer thread
+
+    extern __shared__ __align__(1024) unsigned char smem_ws[];
+
+    const int tid = threadIdx.x;
+    // warp-uniform to the compiler (a plain tid >> 5 makes ptxas treat the role branch as divergent and
+    // serialise every wgmma, advisory C7518)
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+
+    const int nsb = p.n_pad >> 7;
+    const int ncol = (nsb + kNsb - 1) / kNsb;
+    const int mb = static_cast<int>(blockIdx.x) / ncol;
+    const int sb0 = (static_cast<int>(blockIdx.x) - mb * ncol) * kNsb;
+    if (mb >= *p.num_mblocks) return;
+    const int nq = p.k_pad >> 6;                     // records per super-block
+    const int total = min(kNsb, nsb - sb0) * nq;     // records of this CTA
+    const int2 info = __ldg(p.mblock_info + mb);
+    const int valid = info.y;
+
+    const u32 sbase = smem_addr(smem_ws);
+    if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment
+    const u32 wbase = sbase + (kRes > 0 ? kRes : kSlots) * kXRec;
+    const u32 full = wbase + kSlots * kRec;
+    const u32 empty = full + 8 * kSlots;
+    const u32 xbar = empty + 8 * kSlots;
+    if (tid == 0) {
+        for (int s = 0; s < kSlots; ++s) {
+            mbar_init(full + 8 * s, kRes > 0 ? 1 : 1 + kWsProducerThreads);
+            mbar_init(empty + 8 * s, kWsConsumerThreads / 32);
+        }
+        mbar_init(xbar, kWsProducerThreads);
+        fence_mbar_init();
+    }
+    __syncthreads();
+    // The super-blocks of an expert are contiguous in the layout: record i of this CTA is record i from sb0.
+    const u8* wrec = p.weights + static_cast<u64>(info.x) * p.expert_stride + static_cast<u64>(sb0) * nq * kRec;
+
+    if (warp >= kWsConsumerThreads / 32) {
+        // ---- producers (one warpgroup, registers handed to the consumers): thread pt copies 16-byte chunk
+        // c of rows r8 + 8 (2 j + h) (j < kRows) of each record, in the K-major 128-byte-swizzled layout
+        // (chunk c of row r at chunk c ^ (r % 8); r % 8 = r8 here).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        const int pt = tid - kWsConsumerThreads;
+        const int c = pt & 7, r8 = (pt >> 3) & 7, h = pt >> 6;
+        u32 xo[kRows];  // element offset of the row's chunk in x, or ~0 for rows past the m-block's count
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+            const int row = r8 + 8 * (2 * j + h);
+            xo[j] = ~0u;
+            if (row < valid) {
+                const int sr = __ldg(p.sorted_token + mb * kBM + row);
+                xo[j] = static_cast<u32>(sr) * static_cast<u32>(p.x_stride) + c * 8;
+            }
+        }
+        const u32 dst0 = h * 1024 + r8 * 128 + ((c ^ r8) << 4);
+        auto copy_x = [&](int q, u32 dst) {  // record q (K offset 64 q) of the token rows
+#pragma unroll
+            for (int j = 0; j < kRows; ++j) {
+                if (xo[j] != ~0u) {
+                    int bytes = 16;
+                    if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + c * 8)) * 2));
+                    cp_async16(dst + j * 2048, bytes ? static_cast<const void*>(p.x + xo[j] + q * 64) : static_cast<const void*>(p.x),
+                               bytes);
+                }
+            }
+        };
+        if constexpr (kRes > 0) {
+#pragma unroll 1
+            for (int q = 0; q < kRes; ++q) copy_x(q, sbase + q * kXRec + dst0);
+            cp_async_mbar_arrive(xbar);
+        }
+        int s = 0;
+        u32 ph = 0;
+        int q = 0;
+#pragma unroll 1
+        for (int i = 0; i < total; ++i) {
+            if (i >= kSlots) mbar_wait(empty + 8 * s, ph ^ 1u);
+            if (pt == 0) {
+                mbar_arrive_expect_tx(full + 8 * s, kRec);
+                bulk_g2s(wbase + s * kRec, wrec + static_cast<u64>(i) * kRec, kRec, full + 8 * s);
+            }
+            if constexpr (kRes == 0) {
+                copy_x(q, sbase + s * kXRec + dst0);
+                cp_async_mbar_arrive(full + 8 * s);
+            }
+            if (++q == nq) q = 0;
+            ring_advance(s, ph, kSlots);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+
+    // ---- consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int g = lane >> 2, t = lane & 3;
+    const int ntiles = (valid + 7) >> 3;
+    const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
+    const u32 w_off = warp * 512 + lane * 16;
+    const u32 s_off = kWB + warp * kScB + g * (kFormat == kFormatInt4 ? 8 : 4);
+    const u64 desc_x = wgmma::desc_sw128(sbase);
+    const int odd = g & 1;
+
+    float acc[kBM / 2];
+#pragma unroll
+    for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.0f;
+    auto store_block = [&](int sb) {
+        // recomputed per super-block: addresses hoisted out of the main loop would hold registers the
+        // accumulators need (spills)
+        long long row0 = static_cast<long long>(mb) * kBM;
+        asm volatile("" : "+l"(row0));
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+            if (j >= ntiles) continue;
+            const int r = 8 * j + 2 * t + odd;
+            const long long pos = row0 + r;
+            prefill_store_tile<0, kAct>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r, pos,
+                                            8 * sb + warp, valid, 0.0f);
+        }
+    };
+
+    if constexpr (kRes > 0) mbar_wait(xbar, 0);
+    int s = 0;
+    u32 ph = 0;
+    int held = -1;  // the slot of the last committed group, not yet released
+    int q = 0, sbi = sb0;
+    u32 a0[4][4], a1[4][4];
+    auto record = [&](u32(&a)[4][4]) {
+        mbar_wait(full + 8 * s, ph);
+        const u32 w = wbase + s * kRec;
+        u32 words[4], m[4];
+        load_block<kFormat, kWideScale>(w + w_off, w + s_off, words, m);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dequant_word<kFormat, kWideScale>(words[k], m[(k >> 1) * 2], m[(k >> 1) * 2 + 1], a[k]);
+        const u64 desc = desc_x + (static_cast<u32>((kRes > 0 ? q : s) * kXRec) >> 4);
+        const bool first = q == 0;
+        wgmma::fence();
+        switch (nsel) {
+            case 1: prefill_record_mma<16>(acc, a, desc, first); break;
+            case 2: prefill_record_mma<32>(acc, a, desc, first); break;
+            case 3: prefill_record_mma<48>(acc, a, desc, first); break;
+            case 4: prefill_record_mma<64>(acc, a, desc, first); break;
+            case 5: prefill_record_mma<80>(acc, a, desc, first); break;
+            case 6: prefill_record_mma<96>(acc, a, desc, first); break;
+            case 7: prefill_record_mma<112>(acc, a, desc, first); break;
+            case 8: prefill_record_mma<128>(acc, a, desc, first); break;
+            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, a, desc, first); break;
+            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, a, desc, first); break;
+            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, a, desc, first); break;
+            default: prefill_record_mma<kBM>(acc, a, desc, first); break;
+        }
+        wgmma::commit();
+        wgmma::wait<1>();  // retires the previous record: its slot goes back to the producers
+        if (held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
+        held = s;
+        ring_advance(s, ph, kSlots);
+        if (++q == nq) {  // super-block done: drain, store, start the next one from zero
+            q = 0;
+            wgmma::wait<0>();
+            if (lane == 0) mbar_arrive(empty + 8 * held);
+            held = -1;
+            wgmma::fence_acc(acc);
+            store_block(sbi++);
+        }
+    };
+#pragma unroll 1
+    for (int i = 0; i < total; i += 2) {
+        record(a0);
+        if (i + 1 < total) record(a1);
+    }
+}
+
+}  // namespace moe
+}  // namespace kiln_dev
