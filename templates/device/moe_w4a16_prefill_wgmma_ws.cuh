@@ -14,9 +14,10 @@
 // copies landed) and an "empty" one (one arrival per consumer warp once the wgmma group that read the
 // slot has retired).
 //
-// Consumers: record i dequantises into A buffer i % 2 while the group of record i - 1 is still in
-// flight (the loop is unrolled by two so the buffers are distinct registers); wait_group 1 after each
-// commit retires record i - 1, whose slot is then released. N = 16 x ceil(rows / 16) per m-block.
+// Consumers: record i dequantises into A buffer i % 3 while the groups of records i - 1 and i - 2 are
+// still in flight (the loop is unrolled by three so the buffers are distinct registers); wait_group 2
+// after each commit retires record i - 2, whose slot is then released. N = 16 x ceil(rows / 16) per
+// m-block (warpgroup-uniform: a switch around the record's four wgmmas).
 //
 // kRes > 0 (short K): the m-block's whole token tile, kRes records, is loaded once into its own region
 // and the ring carries weight records only; a CTA walks kNsb super-blocks one after another
@@ -36,6 +37,7 @@ constexpr int kWsConsumerThreads = 256;
 constexpr int kWsProducerThreads = 128;
 constexpr int kWsThreads = kWsConsumerThreads + kWsProducerThreads;
 constexpr int kWsSmemLimit = 232448;
+
 
 // Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | mbarriers
 // (full per slot, empty per slot, the resident tile's)].
@@ -65,6 +67,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     constexpr int kWB = LB::kWeightBytes;
     constexpr int kTiles = kBM / 8;  // token tiles of 8 per m-block
     constexpr int kRows = kBM / 16;  // token rows per producer thread
+    // wgmma groups a consumer warpgroup keeps in flight (H200, K2 TP8 gate_up: 1 -> 2 was 950 -> 868 us;
+    // 3 and 4 measured the same as 2)
+    constexpr int kInFlight = 2;
 
     extern __shared__ __align__(1024) unsigned char smem_ws[];
 
@@ -187,51 +192,61 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     if constexpr (kRes > 0) mbar_wait(xbar, 0);
     int s = 0;
     u32 ph = 0;
-    int held = -1;  // the slot of the last committed group, not yet released
-    int q = 0, sbi = sb0;
-    u32 a0[4][4], a1[4][4];
-    auto record = [&](u32(&a)[4][4]) {
+    // slots of the last kInFlight committed groups, not yet released (held[0] the oldest)
+    int held[kInFlight];
+#pragma unroll
+    for (int h = 0; h < kInFlight; ++h) held[h] = -1;
+    u32 a[kInFlight + 1][4][4];
+    auto record = [&](u32(&ar)[4][4], int q) {
         mbar_wait(full + 8 * s, ph);
         const u32 w = wbase + s * kRec;
         u32 words[4], m[4];
         load_block<kFormat, kWideScale>(w + w_off, w + s_off, words, m);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) dequant_word<kFormat, kWideScale>(words[k], m[(k >> 1) * 2], m[(k >> 1) * 2 + 1], a[k]);
+        for (int k = 0; k < 4; ++k) dequant_word<kFormat, kWideScale>(words[k], m[(k >> 1) * 2], m[(k >> 1) * 2 + 1], ar[k]);
         const u64 desc = desc_x + (static_cast<u32>((kRes > 0 ? q : s) * kXRec) >> 4);
         const bool first = q == 0;
         wgmma::fence();
         switch (nsel) {
-            case 1: prefill_record_mma<16>(acc, a, desc, first); break;
-            case 2: prefill_record_mma<32>(acc, a, desc, first); break;
-            case 3: prefill_record_mma<48>(acc, a, desc, first); break;
-            case 4: prefill_record_mma<64>(acc, a, desc, first); break;
-            case 5: prefill_record_mma<80>(acc, a, desc, first); break;
-            case 6: prefill_record_mma<96>(acc, a, desc, first); break;
-            case 7: prefill_record_mma<112>(acc, a, desc, first); break;
-            case 8: prefill_record_mma<128>(acc, a, desc, first); break;
-            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, a, desc, first); break;
-            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, a, desc, first); break;
-            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, a, desc, first); break;
-            default: prefill_record_mma<kBM>(acc, a, desc, first); break;
+            case 1: prefill_record_mma<16>(acc, ar, desc, first); break;
+            case 2: prefill_record_mma<32>(acc, ar, desc, first); break;
+            case 3: prefill_record_mma<48>(acc, ar, desc, first); break;
+            case 4: prefill_record_mma<64>(acc, ar, desc, first); break;
+            case 5: prefill_record_mma<80>(acc, ar, desc, first); break;
+            case 6: prefill_record_mma<96>(acc, ar, desc, first); break;
+            case 7: prefill_record_mma<112>(acc, ar, desc, first); break;
+            case 8: prefill_record_mma<128>(acc, ar, desc, first); break;
+            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, ar, desc, first); break;
+            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, ar, desc, first); break;
+            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, ar, desc, first); break;
+            default: prefill_record_mma<kBM>(acc, ar, desc, first); break;
         }
         wgmma::commit();
-        wgmma::wait<1>();  // retires the previous record: its slot goes back to the producers
-        if (held >= 0 && lane == 0) mbar_arrive(empty + 8 * held);
-        held = s;
+        wgmma::wait<kInFlight>();  // retires the record kInFlight back: its slot goes back to the producers
+        if (held[0] >= 0 && lane == 0) mbar_arrive(empty + 8 * held[0]);
+#pragma unroll
+        for (int h = 0; h + 1 < kInFlight; ++h) held[h] = held[h + 1];
+        held[kInFlight - 1] = s;
         ring_advance(s, ph, kSlots);
-        if (++q == nq) {  // super-block done: drain, store, start the next one from zero
-            q = 0;
-            wgmma::wait<0>();
-            if (lane == 0) mbar_arrive(empty + 8 * held);
-            held = -1;
-            wgmma::fence_acc(acc);
-            store_block(sbi++);
-        }
     };
 #pragma unroll 1
-    for (int i = 0; i < total; i += 2) {
-        record(a0);
-        if (i + 1 < total) record(a1);
+    for (int sb = sb0; sb < sb0 + total / nq; ++sb) {
+        // kInFlight + 1 A buffers (distinct registers: the loop is unrolled by that), kInFlight groups in flight
+#pragma unroll 1
+        for (int q = 0; q < nq; q += kInFlight + 1) {
+#pragma unroll
+            for (int b = 0; b <= kInFlight; ++b)
+                if (b == 0 || q + b < nq) record(a[b], q + b);
+        }
+        // super-block done: drain, store; the next one starts from zero (scale-d 0)
+        wgmma::wait<0>();
+#pragma unroll
+        for (int h = 0; h < kInFlight; ++h) {
+            if (held[h] >= 0 && lane == 0) mbar_arrive(empty + 8 * held[h]);
+            held[h] = -1;
+        }
+        wgmma::fence_acc(acc);
+        store_block(sb);
     }
 }
 
