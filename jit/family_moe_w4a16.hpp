@@ -20,6 +20,11 @@
 //   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K). Flag bit 11
 //   (requested; kept where a CTA walks one super-block and N has two): the wide CTA, two super-blocks
 //   side by side (512 threads, one CTA per SM, block_n 256), the token tile read once per 256 rows.
+//   block_m 128 or 192 (wgmma only; routing with the same block_m): prefill gate_up is the
+//   warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per CTA with wgmma N up to
+//   192, a producer warpgroup feeding a ring of one-record slots through full / empty mbarriers, 384
+//   threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile resident for short K);
+//   prefill down is the block_m 64 wgmma kernel run on 64-row parts of the m-blocks (kSub).
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
@@ -30,8 +35,9 @@
 // one transposed in shape: n = hidden padded, k = n / 2); device target only.
 // M is never baked in. The decode GEMMs run one persistent CTA of 640 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
-// 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k); the routing kernel
-// one CTA (block_m 8, 16, 32 or 64: the prefill GEMMs read m-blocks of 64).
+// 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k), the
+// warp-specialised gate_up one CTA of 384; the routing kernel one CTA (block_m 8, 16, 32 or 64, and
+// 128 or 192 for the large prefill m-blocks).
 // Host target (templates/host/moe_w4a16.hpp): the same five kernels and parameter blocks on the host
 // thread pool; they bake in the format, n, k, block_m (8, 16, 32 or 64), the activation, the rows mode
 // of down and (routing) the expert count; stages, block_k, warps, the schedule, the K mask and the

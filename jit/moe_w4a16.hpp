@@ -19,9 +19,10 @@
 // (docs/perf-notes.md §8): gate_up dynamic for INT4 weights below 4096 routed slots, static otherwise;
 // down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path. From `prefill_min`
 // routed slots per local expert (M x top-k / experts) a call runs the prefill configuration instead
-// (docs/perf-notes.md §9, §11): routing into m-blocks of 64 rows, the prefill GEMMs (one CTA per m-block
-// and 128-row super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a), down rows
-// + combine.
+// (docs/perf-notes.md §9, §11, §12): routing into m-blocks of 64, 128 or 192 rows (prefill_block_m, by
+// default from the expected rows per expert), the prefill GEMMs (one CTA per m-block and 128-row
+// super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a, a warp-specialised
+// gate_up for the large m-blocks), down rows + combine.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +62,7 @@ struct MoeW4A16Options {
     int order_window = 1;            // dynamic schedule: claim order, m-blocks per window (1: each matrix in order)
     int64_t rows_combine_min = 256;  // routed slots (M x topk) from which down writes rows + combine; -1 never
     // Routed slots per local expert, M x topk / experts (before any EP dropping: slots of other ranks'
-    // experts count), from which a call runs the prefill configuration (routing with block_m 64, prefill
+    // experts count), from which a call runs the prefill configuration (routing with the prefill block_m, prefill
     // gate_up, prefill down rows, combine); -1 never, 0 always. Measured on H200 (K2 shapes, perf notes
     // §9, run 6d), in this quantity: the prefill configuration wins at 171 (TP8, 8192 tokens: 4084 vs
     // 4455 us) and 225 (EP8, 2048 tokens, ~1350 reaching the rank, 41 rows per active expert: 976 vs

@@ -413,7 +413,7 @@ void add_moe_bench(CLI::App& bench) {
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->add_option("--prefill-min", opts->layer.prefill_min,
                     "routed slots per local expert (tokens x top-k / experts) from which the layer runs the prefill "
-                    "GEMMs (block_m 64, rows + combine); -1 never, 0 always")
+                    "GEMMs (block_m per --prefill-block-m, rows + combine); -1 never, 0 always")
         ->envname("KILN_BENCH_MOE_PREFILL_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->add_option("--prefill-wgmma", opts->layer.prefill_wgmma,
