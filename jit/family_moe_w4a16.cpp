@@ -631,6 +631,11 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
         throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: weights [{}, {}] do not match kernel {}", p.n_pad,
                                           p.k_real, to_string(k.desc)));
     if (mblock_cap < 0) throw InvalidArgument("launch_moe_w4a16_prefill: negative m-block capacity");
+    // (the warp-specialised kernel addresses token rows with 32-bit element offsets)
+    if (MoeW4A16Family::prefill_ws(k.desc) && static_cast<int64_t>(p.num_tokens) * p.x_stride >= (int64_t(1) << 32))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} tokens x {} inputs exceed 2^32 elements for "
+                                          "block_m {} (use block_m 64)",
+                                          p.num_tokens, p.x_stride, k.desc.config.block_m));
     const int cols = (p.n_pad + k.desc.config.block_n - 1) / k.desc.config.block_n;  // CTAs per m-block
     // (per 64-row part of the m-block, except for the warp-specialised kernel, which takes it whole)
     const int parts = MoeW4A16Family::prefill_ws(k.desc) ? 1 : k.desc.config.block_m / MoeW4A16Family::k_prefill_block_m;

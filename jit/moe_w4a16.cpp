@@ -162,6 +162,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         // Every block_m a call from prefill_min slots up to the workspace may pick (the rule is monotone).
         const int bm_lo = prefill_block_m(std::max<int64_t>(1, opt.prefill_min * experts_));
         const int bm_hi = prefill_block_m(slots);
+        has_prefill_ = true;
         for (int b = bm_lo; b <= bm_hi; b += 64) {
             PrefillKernels& k = pre_[b / 64 - 1];
             k.routing = &disp.get(MoeW4A16Family::routing(experts_, b / 8, target));
@@ -233,8 +234,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
                                           opt_.max_tokens, opt_.topk));
     tokens_ = static_cast<int>(topk_ids.shape[0]);
     const int64_t slots = static_cast<int64_t>(tokens_) * opt_.topk;
-    use_prefill_ = pre_[0].gate_up != nullptr || pre_[1].gate_up != nullptr || pre_[2].gate_up != nullptr;
-    use_prefill_ = use_prefill_ && prefill_call(slots, experts_, opt_.prefill_min);
+    use_prefill_ = has_prefill_ && prefill_call(slots, experts_, opt_.prefill_min);
     if (use_prefill_) {
         use_rows_ = true;
         gu_dyn_ = dn_dyn_ = use_fused_ = false;

@@ -171,6 +171,7 @@ private:
         const LoadedKernel* down = nullptr;
     };
     PrefillKernels pre_[3];
+    bool has_prefill_ = false;  // some call can run the prefill configuration
     int pre_bm_ = 64;  // block_m of the call in flight (prefill)
     // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
     int prefill_block_m(int64_t slots) const;

@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             const int r = 8 * j + 2 * t + odd;
             const long long pos = row0 + r;
             prefill_store_tile<0, kAct>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r, pos,
-                                            8 * sb + warp, valid, 0.0f);
+                                        8 * sb + warp, valid, 0.0f);
         }
     };
 
