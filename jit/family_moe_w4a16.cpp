@@ -151,6 +151,26 @@ uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
     return static_cast<uint32_t>(4 * group);
 }
 
+namespace {
+
+// The deepest ring, from `most` slots down to `least`, whose shared memory `smem(slots)` fits in `limit`.
+template <typename Smem>
+int deepest_ring(int most, int least, uint32_t limit, Smem smem) {
+    int s = most;
+    while (s > least && smem(s) > limit) --s;
+    return s;
+}
+
+// Super-blocks one CTA walks in sequence: the largest power of two up to 8 that keeps it at `max_units`
+// or fewer (`units` per super-block: K steps or records), at least 1 and at most n / 128.
+int superblocks_in_sequence(int n, int units, int max_units) {
+    int c = 1;
+    while (c < 8 && 2 * c * units <= max_units) c *= 2;
+    return std::max(1, std::min(c, n / MoeW4A16Family::k_superblock_rows));
+}
+
+}  // namespace
+
 // templates/device/moe_w4a16_prefill.cuh, PrefillSmem<kFormat, 8, recs>: 4 (one record per step) or 3 (two)
 // token stages of 64 rows x (128 recs + 16) bytes, then the weight slots of `recs` records, then one
 // mbarrier per stage of both rings.
@@ -161,9 +181,8 @@ uint32_t moe_w4a16_prefill_smem(WeightFormat f, int stages, int recs) {
 }
 
 int moe_w4a16_prefill_default_stages(WeightFormat f, int recs) {
-    int s = 24;
-    while (s > 2 && moe_w4a16_prefill_smem(f, s, recs) > k_moe_w4a16_prefill_smem_limit) --s;
-    return s;
+    return deepest_ring(24, 2, k_moe_w4a16_prefill_smem_limit,
+                        [&](int s) { return moe_w4a16_prefill_smem(f, s, recs); });
 }
 
 // templates/device/moe_w4a16_prefill_wgmma.cuh, PrefillWgmmaSmem<kFormat, recs, par>: 4 token stages of 64
@@ -177,9 +196,7 @@ uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs, int 
 
 int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par) {
     const uint32_t limit = par == 2 ? static_cast<uint32_t>(k_smem_limit) : k_moe_w4a16_prefill_smem_limit;
-    int s = 24;
-    while (s > 3 && moe_w4a16_prefill_wgmma_smem(f, s, recs, par) > limit) --s;
-    return s;
+    return deepest_ring(24, 3, limit, [&](int s) { return moe_w4a16_prefill_wgmma_smem(f, s, recs, par); });
 }
 
 uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident) {
@@ -194,30 +211,20 @@ int prefill_ws_resident_records(WeightFormat f, int block_m, int k) {
 }
 
 int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident) {
-    int s = 24;
-    while (s > 2 && moe_w4a16_prefill_ws_smem(f, block_m, s, resident) > static_cast<uint32_t>(k_smem_limit)) --s;
-    return s;
+    return deepest_ring(24, 2, static_cast<uint32_t>(k_smem_limit),
+                        [&](int s) { return moe_w4a16_prefill_ws_smem(f, block_m, s, resident); });
 }
 
-int prefill_ws_superblocks_per_cta(int n, int k) {
-    const int recs = round_up(k, 64) / 64;
-    int c = 1;
-    while (c < 8 && 2 * c * recs <= 32) c *= 2;
-    return std::max(1, std::min(c, n / MoeW4A16Family::k_superblock_rows));
-}
+int prefill_ws_superblocks_per_cta(int n, int k) { return superblocks_in_sequence(n, round_up(k, 64) / 64, 32); }
 
 int prefill_superblocks_per_cta(int n, int k) {
     const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;
-    const int steps = round_up(k, 64) / (64 * recs);
-    int c = 1;
-    while (c < 8 && 2 * c * steps <= 16) c *= 2;
-    return std::min(c, n / MoeW4A16Family::k_superblock_rows);
+    return superblocks_in_sequence(n, round_up(k, 64) / (64 * recs), 16);
 }
 
 int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
-    int s = 8;
-    while (s > 2 && moe_w4a16_gemm_smem(f, tiles, s, recs) > static_cast<uint32_t>(k_smem_limit)) --s;
-    return s;
+    return deepest_ring(8, 2, static_cast<uint32_t>(k_smem_limit),
+                        [&](int s) { return moe_w4a16_gemm_smem(f, tiles, s, recs); });
 }
 
 KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const {

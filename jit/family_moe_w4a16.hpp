@@ -163,7 +163,8 @@ int moe_w4a16_prefill_default_stages(WeightFormat f, int recs);
 uint32_t moe_w4a16_prefill_wgmma_smem(WeightFormat f, int stages, int recs, int par = 1);
 int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par = 1);
 // 128-row super-blocks per CTA of the warpgroup-MMA prefill GEMMs (block_n / 128): the largest power of two
-// up to 8 that keeps a CTA at 16 K steps or fewer (1 from 16 steps, i.e. K >= 2048), at most n / 128.
+// up to 8 that keeps a CTA at 16 K steps or fewer (1 from 16 steps, i.e. K >= 2048), at least 1, at most
+// n / 128.
 int prefill_superblocks_per_cta(int n, int k);
 // The warp-specialised wgmma prefill GEMMs (block_m 128 / 192, templates/device/moe_w4a16_prefill_wgmma_ws.cuh,
 // prefill_ws_smem_bytes): `slots` ring slots of one weight record (+ one token record unless the token tile

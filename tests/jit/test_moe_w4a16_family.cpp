@@ -382,6 +382,8 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     CHECK(prefill_superblocks_per_cta(7168, 1024) == 2);
     CHECK(prefill_superblocks_per_cta(7168, 2048) == 1);
     CHECK(prefill_superblocks_per_cta(384, 256) == 3);
+    CHECK(prefill_superblocks_per_cta(96, 256) == 1);  // fewer than 128 rows: still one super-block
+    CHECK(prefill_ws_superblocks_per_cta(96, 256) == 1);
     const auto tp8_down = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
     const KernelDescriptor t8 =
         MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, tp8_down, MoeActivation::silu_glu, k_h200, true);
