@@ -199,20 +199,21 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par) {
     return deepest_ring(24, 3, limit, [&](int s) { return moe_w4a16_prefill_wgmma_smem(f, s, recs, par); });
 }
 
-uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident) {
+uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident, bool down) {
     const int x_rec = block_m * 128;
-    return static_cast<uint32_t>((resident > 0 ? resident : slots) * x_rec + slots * record_bytes(f) +
+    const int staging = down ? block_m * (272 + 4) : 0;  // 128 + 8 bf16 columns per row, the router weights
+    return static_cast<uint32_t>((resident > 0 ? resident : slots) * x_rec + slots * record_bytes(f) + staging +
                                  round_up(8 * (2 * slots + 1), 128));
 }
 
-int prefill_ws_resident_records(WeightFormat f, int block_m, int k) {
+int prefill_ws_resident_records(WeightFormat f, int block_m, int k, bool down) {
     const int recs = round_up(k, 64) / 64;
-    return moe_w4a16_prefill_ws_smem(f, block_m, 8, recs) <= static_cast<uint32_t>(k_smem_limit) ? recs : 0;
+    return moe_w4a16_prefill_ws_smem(f, block_m, 8, recs, down) <= static_cast<uint32_t>(k_smem_limit) ? recs : 0;
 }
 
-int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident) {
+int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident, bool down) {
     return deepest_ring(24, 2, static_cast<uint32_t>(k_smem_limit),
-                        [&](int s) { return moe_w4a16_prefill_ws_smem(f, block_m, s, resident); });
+                        [&](int s) { return moe_w4a16_prefill_ws_smem(f, block_m, s, resident, down); });
 }
 
 int prefill_ws_superblocks_per_cta(int n, int k) { return superblocks_in_sequence(n, round_up(k, 64) / 64, 32); }
@@ -287,12 +288,14 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
             if (in.config.flags & k_flag_wide)
                 throw InvalidArgument("moe_w4a16: the wide CTA has block_m 64");
         }
-        if (bm != k_prefill_block_m && which == MoeW4A16Kernel::prefill_gate_up) {
+        if (bm != k_prefill_block_m) {
             // The warp-specialised wgmma kernel (moe_w4a16_prefill_wgmma_ws.cuh): one record per ring slot.
-            const int res = prefill_ws_resident_records(in.weight_format, bm, in.k);
-            const int slots = in.config.stages ? in.config.stages : moe_w4a16_prefill_ws_default_slots(in.weight_format, bm, res);
+            const bool down = which == MoeW4A16Kernel::prefill_down;
+            const int res = prefill_ws_resident_records(in.weight_format, bm, in.k, down);
+            const int slots =
+                in.config.stages ? in.config.stages : moe_w4a16_prefill_ws_default_slots(in.weight_format, bm, res, down);
             if (slots < 2 || slots > 24 ||
-                moe_w4a16_prefill_ws_smem(in.weight_format, bm, slots, res) > static_cast<uint32_t>(k_smem_limit))
+                moe_w4a16_prefill_ws_smem(in.weight_format, bm, slots, res, down) > static_cast<uint32_t>(k_smem_limit))
                 throw InvalidArgument(fmt::format("moe_w4a16: {} ring slots of block_m {} do not fit in shared memory "
                                                   "(2 to 24)",
                                                   slots, bm));
@@ -327,7 +330,6 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
                                               stages, 64 * recs, limit, min_stages));
         if (wgmma) d.config.flags |= k_flag_wgmma;
         if (par == 2) d.config.flags |= k_flag_wide;
-        // block_m 128 / 192 (down): the block_m 64 kernel on 64-row parts of the m-blocks
         d.config.block_m = static_cast<uint16_t>(bm);
         d.config.block_n = static_cast<uint16_t>(k_superblock_rows * seq * par);
         d.config.block_k = static_cast<uint16_t>(64 * recs);
@@ -375,9 +377,12 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         case MoeW4A16Kernel::combine: return 0;
         case MoeW4A16Kernel::prefill_gate_up:
         case MoeW4A16Kernel::prefill_down:
-            if (prefill_ws(d))
+            if (prefill_ws(d)) {
+                const bool down = kind(d) == MoeW4A16Kernel::prefill_down;
                 return moe_w4a16_prefill_ws_smem(d.weight_format, d.config.block_m, d.config.stages,
-                                                 prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k));
+                                                 prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k, down),
+                                                 down);
+            }
             if (d.config.flags & k_flag_wgmma)
                 return moe_w4a16_prefill_wgmma_smem(d.weight_format, d.config.stages, d.config.block_k / 64,
                                                     (d.config.flags & k_flag_wide) ? 2 : 1);
@@ -414,11 +419,11 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const bool situ = (d.config.flags & k_flag_situ) != 0;
             const bool mask = (d.config.flags & k_flag_mask_k) != 0;
             if (prefill_ws(d)) {
-                s.file_name = "moe_w4a16_prefill_wgmma_ws_gate_up.cu";
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<{}, {}, {}, {}, {}, {}, {}, {}>",
-                                          format_param(d.weight_format), wide, situ ? 1 : 0, mask,
+                s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_ws_gate_up.cu" : "moe_w4a16_prefill_wgmma_ws_down.cu";
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                          format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
                                           d.config.block_m, d.config.stages,
-                                          prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k),
+                                          prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k, !gate_up),
                                           d.config.block_n / k_superblock_rows);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma_ws.cuh\"\n", to_string(d));
                 return s;
@@ -639,10 +644,14 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
                                           p.k_real, to_string(k.desc)));
     if (mblock_cap < 0) throw InvalidArgument("launch_moe_w4a16_prefill: negative m-block capacity");
     // (the warp-specialised kernel addresses token rows with 32-bit element offsets)
-    if (MoeW4A16Family::prefill_ws(k.desc) && static_cast<int64_t>(p.num_tokens) * p.x_stride >= (int64_t(1) << 32))
-        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} tokens x {} inputs exceed 2^32 elements for "
+    // (gate_up reads token rows, down the m-blocks' sorted rows)
+    const int64_t x_rows = MoeW4A16Family::kind(k.desc) == MoeW4A16Kernel::prefill_gate_up
+                               ? p.num_tokens
+                               : static_cast<int64_t>(mblock_cap) * k.desc.config.block_m;
+    if (MoeW4A16Family::prefill_ws(k.desc) && x_rows * p.x_stride >= (int64_t(1) << 32))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} rows x {} inputs exceed 2^32 elements for "
                                           "block_m {} (use block_m 64)",
-                                          p.num_tokens, p.x_stride, k.desc.config.block_m));
+                                          x_rows, p.x_stride, k.desc.config.block_m));
     const int cols = (p.n_pad + k.desc.config.block_n - 1) / k.desc.config.block_n;  // CTAs per m-block
     // (per 64-row part of the m-block, except for the warp-specialised kernel, which takes it whole)
     const int parts = MoeW4A16Family::prefill_ws(k.desc) ? 1 : k.desc.config.block_m / MoeW4A16Family::k_prefill_block_m;

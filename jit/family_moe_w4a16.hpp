@@ -135,10 +135,8 @@ public:
     // the warp-specialised kernel for large m-blocks.
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
                                          Target target, bool wgmma = false, bool wide = false, int block_m = 64);
-    // Whether a prefill descriptor names the warp-specialised gate_up kernel (block_m 128 / 192).
-    static bool prefill_ws(const KernelDescriptor& d) {
-        return kind(d) == MoeW4A16Kernel::prefill_gate_up && d.config.block_m > k_prefill_block_m;
-    }
+    // Whether a prefill descriptor names the warp-specialised kernel (block_m 128 / 192).
+    static bool prefill_ws(const KernelDescriptor& d) { return is_prefill(kind(d)) && d.config.block_m > k_prefill_block_m; }
     // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).
     static bool has_wgmma(Target target) { return !target.is_host() && target.arch == 90 && target.suffix == 'a'; }
     static KernelDescriptor combine(Target target);
@@ -168,10 +166,11 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par = 1
 int prefill_superblocks_per_cta(int n, int k);
 // The warp-specialised wgmma prefill GEMMs (block_m 128 / 192, templates/device/moe_w4a16_prefill_wgmma_ws.cuh,
 // prefill_ws_smem_bytes): `slots` ring slots of one weight record (+ one token record unless the token tile
-// is resident), one CTA per SM. Resident records: K / 64 where the whole tile fits next to 8 slots, else 0.
-uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident);
-int prefill_ws_resident_records(WeightFormat f, int block_m, int k);
-int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident);
+// is resident), down's staging tile, one CTA per SM. Resident records: K / 64 where the whole tile fits
+// next to 8 slots, else 0.
+uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident, bool down = false);
+int prefill_ws_resident_records(WeightFormat f, int block_m, int k, bool down = false);
+int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident, bool down = false);
 // Super-blocks a CTA of that kernel walks: the largest power of two up to 8 keeping it at 32 records or fewer.
 int prefill_ws_superblocks_per_cta(int n, int k);
 

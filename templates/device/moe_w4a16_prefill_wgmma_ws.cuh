@@ -1,9 +1,8 @@
-// moe_w4a16 prefill gate_up for large m-blocks (128 or 192 routed rows: TP-sliced prefill, ~100-200 rows
-// per expert), warpgroup MMA with warp specialisation (sm_90a only). With block_m 64 an expert of 171
-// rows takes three m-blocks, so its weights are dequantised three times and every m-block's token tile
-// is read once per super-block; here one m-block covers the expert and wgmma runs with N up to 192.
-// (down keeps moe_w4a16_prefill_wgmma, in 64-row parts of these m-blocks: this kernel's one CTA per SM
-// cannot hide down's long epilogues, measured 1.6x slower there.)
+// moe_w4a16 prefill gate_up and down (rows) for large m-blocks (128 or 192 routed rows: TP-sliced
+// prefill, ~100-200 rows per expert), warpgroup MMA with warp specialisation (sm_90a only). With block_m
+// 64 an expert of 171 rows takes three m-blocks, so its weights are dequantised three times and every
+// m-block's token tile is read once per super-block; here one m-block covers the expert and wgmma runs
+// with N up to 192.
 //
 // CTA: two consumer warpgroups (warps 0-7: warp w dequantises row-block w of the 128-row super-block
 // into the register A operand of wgmma.mma_async.m64nNk16, as in moe_w4a16_prefill_wgmma) and a
@@ -24,8 +23,14 @@
 // (accumulators restart with scale-d 0; one super-block's epilogue overlaps the producers' loads for
 // the next). kRes = 0: every slot holds one record of tokens and one of weights.
 //
-// Tiles, epilogue (prefill_store_tile) and parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted
-// rows are mb x kBM .. mb x kBM + kBM - 1 (routing with block_m kBM).
+// Epilogues. gate_up (kMode 0): prefill_store_tile, as moe_w4a16_prefill_wgmma. down (kMode 2, rows):
+// the accumulators hold [channel][token], the rows are [token][channel]; each warpgroup transposes its
+// 64 channels x kBM tokens into a staging tile with stmatrix.trans (router weight applied in fp32, one
+// bf16 rounding), then copies it out in 16-byte stores, 128 contiguous bytes per row (the direct
+// per-fragment stores were 4-byte scatters, measured 1.6x slower for the whole kernel).
+//
+// Parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1
+// (routing with block_m kBM); down reads those rows of the intermediate and writes those rows of out.
 #pragma once
 
 #include "device/moe_w4a16_prefill_wgmma.cuh"
@@ -39,26 +44,30 @@ constexpr int kWsThreads = kWsConsumerThreads + kWsProducerThreads;
 constexpr int kWsSmemLimit = 232448;
 
 
-// Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | mbarriers
-// (full per slot, empty per slot, the resident tile's)].
+// Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: staging
+// tile (kBM rows of 128 + 8 bf16 columns: the 8 rows an stmatrix writes fall in different banks) and the
+// m-block's router weights (kBM floats) | mbarriers (full per slot, empty per slot, the resident tile's)].
 template <int kFormat, int kBM, int kRes>
 struct PrefillWsSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
     static constexpr int kRec = LB::kRecordBytes;
     static constexpr int kXRec = kBM * 128;  // one 64-wide record of kBM token rows, 128-byte swizzle
+    static constexpr int kStRow = 272;       // staging row: 128 channels + 8 of padding, bf16
 };
 
-template <int kFormat, int kBM, int kRes>
+template <int kFormat, int kBM, int kRes, int kMode = 0>
 __host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
-    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + ((8 * (2 * slots + 1) + 127) / 128) * 128;
+    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? kBM * (SM::kStRow + 4) : 0) +
+           ((8 * (2 * slots + 1) + 127) / 128) * 128;
 }
 
-template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kBM, int kSlots, int kRes, int kNsb>
+template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kBM, int kSlots, int kRes, int kNsb>
 __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(const DecodeParams p) {
     static_assert(kBM == 128 || kBM == 192, "m-blocks of 128 or 192 rows");
+    static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
     static_assert(kSlots >= 2 && kNsb >= 1 && kNsb <= 16 && kRes >= 0, "ring and walk");
-    static_assert(prefill_ws_smem_bytes<kFormat, kBM, kRes>(kSlots) <= kWsSmemLimit, "shared memory");
+    static_assert(prefill_ws_smem_bytes<kFormat, kBM, kRes, kMode>(kSlots) <= kWsSmemLimit, "shared memory");
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
     using LB = typename SM::LB;
     constexpr int kRec = SM::kRec;
@@ -91,7 +100,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     const u32 sbase = smem_addr(smem_ws);
     if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment
     const u32 wbase = sbase + (kRes > 0 ? kRes : kSlots) * kXRec;
-    const u32 full = wbase + kSlots * kRec;
+    const u32 stg = wbase + kSlots * kRec;                          // down: staging tile
+    const u32 wts = stg + (kMode == 2 ? kBM * SM::kStRow : 0);     // down: router weights
+    const u32 full = wts + (kMode == 2 ? kBM * 4 : 0);
     const u32 empty = full + 8 * kSlots;
     const u32 xbar = empty + 8 * kSlots;
     if (tid == 0) {
@@ -119,7 +130,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             const int row = r8 + 8 * (2 * j + h);
             xo[j] = ~0u;
             if (row < valid) {
-                const int sr = __ldg(p.sorted_token + mb * kBM + row);
+                const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
                 xo[j] = static_cast<u32>(sr) * static_cast<u32>(p.x_stride) + c * 8;
             }
         }
@@ -174,7 +185,56 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     float acc[kBM / 2];
 #pragma unroll
     for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.0f;
+    const int v = warp >> 2;  // consumer warpgroup
+    if constexpr (kMode == 2) {
+        float* w = reinterpret_cast<float*>(smem_ws + (wts - sbase));
+        for (int r = tid; r < kBM; r += kWsConsumerThreads) w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
+        named_barrier(1, kWsConsumerThreads);
+    }
+    // down: stmatrix lane address (matrix i = lane / 8: token tile j + i / 2, channels 8 (i % 2) of the
+    // warp's 16; row lane % 8 = token)
+    const u32 st_lane = stg + (((lane >> 4) * 8 + (lane & 7)) * SM::kStRow) + warp * 32 + ((lane >> 3) & 1) * 16;
+    auto store_rows = [&](int sb) {
+        named_barrier(2 + v, 128);  // this warpgroup's copy-out of the last super-block has read the staging
+        const float* w = reinterpret_cast<const float*>(smem_ws + (wts - sbase));
+#pragma unroll
+        for (int j = 0; j < kTiles; j += 2) {
+            if (j >= ntiles) continue;
+            const float2 w0 = *reinterpret_cast<const float2*>(w + 8 * j + 2 * t);
+            const float2 w1 = *reinterpret_cast<const float2*>(w + 8 * j + 8 + 2 * t);
+            const u32 r0 = pack_bf16x2(w0.x * acc[4 * j], w0.y * acc[4 * j + 1]);
+            const u32 r1 = pack_bf16x2(w0.x * acc[4 * j + 2], w0.y * acc[4 * j + 3]);
+            const u32 r2 = pack_bf16x2(w1.x * acc[4 * j + 4], w1.y * acc[4 * j + 5]);
+            const u32 r3 = pack_bf16x2(w1.x * acc[4 * j + 6], w1.y * acc[4 * j + 7]);
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             st_lane + j * 8 * SM::kStRow),
+                         "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                         : "memory");
+        }
+        named_barrier(2 + v, 128);
+        // copy-out: 8 threads per row, 16 bytes (8 channels) each
+        const int i = tid & 127, c = i & 7;
+        const int col = sb * 128 + 64 * v + 8 * c;
+        const unsigned char* src = smem_ws + (stg - sbase) + (i >> 3) * SM::kStRow + (64 * v + 8 * c) * 2;
+        __nv_bfloat16* dst = p.out + (static_cast<long long>(mb) * kBM + (i >> 3)) * p.out_stride + col;
+#pragma unroll 4
+        for (int r = i >> 3; r < valid; r += 16) {
+            const uint4 val = *reinterpret_cast<const uint4*>(src);
+            if (col + 8 <= p.n_real) {
+                *reinterpret_cast<uint4*>(dst) = val;
+            } else {
+                const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&val);
+                for (int q = 0; q < 8 && col + q < p.n_real; ++q) dst[q] = e[q];
+            }
+            src += 16 * SM::kStRow;
+            dst += 16 * static_cast<long long>(p.out_stride);
+        }
+    };
     auto store_block = [&](int sb) {
+        if constexpr (kMode == 2) {
+            store_rows(sb);
+            return;
+        }
         // recomputed per super-block: addresses hoisted out of the main loop would hold registers the
         // accumulators need (spills)
         long long row0 = static_cast<long long>(mb) * kBM;

@@ -446,9 +446,11 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
 
 // Compiled with the kernel: the family's shared-memory size equals the template's.
 std::string prefill_ws_smem_checks(const KernelDescriptor& d) {
-    const int res = prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k);
+    const bool down = MoeW4A16Family::kind(d) == MoeW4A16Kernel::prefill_down;
+    const int res = prefill_ws_resident_records(d.weight_format, d.config.block_m, d.k, down);
     return "\nstatic_assert(kiln_dev::moe::prefill_ws_smem_bytes<" + std::string(dev_format(d.weight_format)) + ", " +
-           std::to_string(d.config.block_m) + ", " + std::to_string(res) + ">(" + std::to_string(d.config.stages) +
+           std::to_string(d.config.block_m) + ", " + std::to_string(res) + ", " + (down ? "2" : "0") + ">(" +
+           std::to_string(d.config.stages) +
            ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family ws prefill smem\");\n";
 }
 
@@ -472,25 +474,33 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     CHECK(MoeW4A16Family().max_dynamic_smem(g192) == 204416u);
     CHECK(MoeW4A16Family().canonicalize(g192) == g192);
     CHECK(MoeW4A16Family().device_source(g192).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 0, false, 192, 7, 0, 1>");
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 192, 7, 0, 1>");
     const KernelDescriptor g128 = pg(gu, true, 128);
     CHECK(g128.config.stages == 11);  // 16 KB + 4,608 B per slot
     CHECK(MoeW4A16Family().max_dynamic_smem(g128) == 231168u);
-    // down keeps the block_m 64 wgmma kernel, on 64-row parts of the m-blocks (kSub = block_m / 64).
+    // down (rows): the same kernel with the m-block's token tile resident (K 256: 4 records of 24 KB) and a
+    // staging tile for the transposing epilogue (192 rows x 272 bytes + 192 router weights): 17 slots.
     const KernelDescriptor d192 = pg(dn, false, 192);
-    CHECK(!MoeW4A16Family::prefill_ws(d192));
+    CHECK(MoeW4A16Family::prefill_ws(d192));
     CHECK(MoeW4A16Family::prefill_ws(g192));
     CHECK(d192.config.block_m == 192);
     CHECK(d192.config.block_n == 1024);
-    CHECK(d192.config.ctas_per_sm == 2);
+    CHECK(d192.config.ctas_per_sm == 1);
+    CHECK(d192.config.warps == 12);
     CHECK((d192.config.flags & MoeW4A16Family::k_flag_rows) != 0);
+    CHECK(prefill_ws_resident_records(d192.weight_format, 192, 256, true) == 4);
+    CHECK(d192.config.stages == 17);
+    CHECK(MoeW4A16Family().max_dynamic_smem(d192) == 230016u);
+    CHECK(MoeW4A16Family().canonicalize(d192) == d192);
+    CHECK(MoeW4A16Family().device_source(d192).name_expr ==
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 2, 0, false, 192, 17, 4, 8>");
     const KernelDescriptor d64 = pg(dn, false, 64);
-    CHECK(MoeW4A16Family().max_dynamic_smem(d192) == MoeW4A16Family().max_dynamic_smem(d64));
-    CHECK(MoeW4A16Family().device_source(d192).name_expr.find("moe_w4a16_prefill_wgmma<") != std::string::npos);
-    CHECK(MoeW4A16Family().device_source(d192).name_expr.find(", 8, 1, 3>") != std::string::npos);
-    CHECK(MoeW4A16Family().device_source(d64).name_expr.find(", 8, 1, 1>") != std::string::npos);
-    const KernelDescriptor d3 = pg(dn3, false, 128);
-    CHECK(MoeW4A16Family().device_source(d3).name_expr.find(", 4, 1, 2>") != std::string::npos);
+    CHECK(!MoeW4A16Family::prefill_ws(d64));
+    CHECK(MoeW4A16Family().device_source(d64).name_expr.find("moe_w4a16_prefill_wgmma<") != std::string::npos);
+    const KernelDescriptor d3 = pg(dn3, false, 128);  // K3 TP8 down: K 384, 6 resident records of 16 KB
+    CHECK(MoeW4A16Family::prefill_ws(d3));
+    CHECK(prefill_ws_resident_records(d3.weight_format, 128, 384, true) == 6);
+    CHECK(MoeW4A16Family().device_source(d3).name_expr.find("false, 2, 0, false, 128, ") != std::string::npos);
     CHECK(prefill_ws_superblocks_per_cta(3584, 384) == 4);
     CHECK(prefill_ws_superblocks_per_cta(7168, 256) == 8);
     CHECK(prefill_ws_superblocks_per_cta(256, 256) == 2);
