@@ -194,8 +194,10 @@ struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
     CUdeviceptr split_acc;  // fp32 gate_up K-split partials, zero between calls
     CUdeviceptr split_cnt;  // int32 [split_cap x 4], zero between calls
     int32_t split_cap, k_chunk, split_max_items, order_window;
+    int32_t topk;           // read by the warp-specialised prefill GEMMs (sorted_token holds slots there)
 };
-static_assert(sizeof(MoeW4A16DecodeParams) == 184);
+static_assert(sizeof(MoeW4A16DecodeParams) == 192);
+static_assert(offsetof(MoeW4A16DecodeParams, topk) == 184);
 static_assert(offsetof(MoeW4A16DecodeParams, work) == 144);
 static_assert(offsetof(MoeW4A16DecodeParams, split_cap) == 168);
 static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 180);
@@ -209,8 +211,8 @@ struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
     MoeW4A16DecodeParams gate_up, down;
     CUdeviceptr gu_done;
 };
-static_assert(sizeof(MoeW4A16FusedParams) == 376);
-static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 368);
+static_assert(sizeof(MoeW4A16FusedParams) == 392);
+static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 384);
 
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
@@ -228,8 +230,10 @@ struct MoeW4A16CombineParams {  // kiln_dev::moe::CombineParams
     int32_t num_tokens, topk, n;
     CUdeviceptr out;
     int32_t out_stride;
+    int32_t slot_rows;  // 1: rows in slot order (the row of slot s is s; prefill block_m 128 / 192)
 };
 static_assert(sizeof(MoeW4A16CombineParams) == 56);
+static_assert(offsetof(MoeW4A16CombineParams, slot_rows) == 52);
 static_assert(offsetof(MoeW4A16CombineParams, slot_pos) == 16);
 static_assert(offsetof(MoeW4A16CombineParams, out) == 40);
 

@@ -300,6 +300,7 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
+    p.topk = opt_.topk;
     return p;
 }
 
@@ -336,6 +337,7 @@ MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& o
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
+    p.topk = opt_.topk;
     return p;
 }
 
@@ -354,6 +356,7 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
         c.n = hidden_;
         c.out = reinterpret_cast<CUdeviceptr>(out.data);
         c.out_stride = hidden_;
+        c.slot_rows = use_prefill_ && pre_bm_ > MoeW4A16Family::k_prefill_block_m;  // the warp-specialised down
         launch_moe_w4a16_combine(*k_combine_, c, sm_count_, stream);
     }
 }

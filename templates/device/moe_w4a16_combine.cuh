@@ -1,8 +1,11 @@
 // moe_w4a16 top-k combine (indexed mode): out[t, :] = sum over t's local slots j of rows[pos(t, j), :],
 // where rows are the router-weighted bf16 outputs of the down GEMM in its rows mode (one row per sorted
-// position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). Sums in fp32
-// in slot order (deterministic), one bf16 rounding; a token with no local slot gets a zero row. Work
-// items are (token, 1024 columns), grid-stride, 8 columns per thread, four slots' loads in flight.
+// position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). slot_rows:
+// down wrote the rows in slot order instead (row t x topk + j; the prefill kernels of block_m 128 / 192),
+// so a token's rows are contiguous and the combine reads sequentially; slot_pos still says which slots
+// are local. Sums in fp32 in slot order (deterministic), one bf16 rounding; a token with no local slot
+// gets a zero row. Work items are (token, 1024 columns), grid-stride, 8 columns per thread, up to eight
+// slots' loads in flight.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,6 +24,7 @@ struct CombineParams {
     i32 n;                      // columns
     __nv_bfloat16* out;         // [num_tokens, out_stride]
     i32 out_stride;
+    i32 slot_rows;              // rows in slot order (see above)
 };
 
 constexpr int kCombineThreads = 128;
@@ -45,18 +49,21 @@ __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const Combi
             const int c = c0 + threadIdx.x * 8;
             if (c >= p.n) continue;
             float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            // Four slots' rows in flight at a time, summed in slot order (deterministic).
-            for (int j0 = 0; j0 < p.topk; j0 += 4) {
-                int r[4];
-                uint4 v[4];
+            // Eight slots' rows in flight at a time, summed in slot order (deterministic).
+            for (int j0 = 0; j0 < p.topk; j0 += 8) {
+                int r[8];
+                uint4 v[8];
 #pragma unroll
-                for (int u = 0; u < 4; ++u) r[u] = j0 + u < p.topk ? __ldg(pos + j0 + u) : -1;
+                for (int u = 0; u < 8; ++u) {
+                    r[u] = j0 + u < p.topk ? __ldg(pos + j0 + u) : -1;
+                    if (p.slot_rows && r[u] >= 0) r[u] = tok * p.topk + j0 + u;
+                }
 #pragma unroll
-                for (int u = 0; u < 4; ++u)
+                for (int u = 0; u < 8; ++u)
                     if (r[u] >= 0)
                         v[u] = __ldg(reinterpret_cast<const uint4*>(p.rows + static_cast<long long>(r[u]) * p.rows_stride + c));
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
+                for (int u = 0; u < 8; ++u) {
                     if (r[u] < 0) continue;
                     const u32 w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
@@ -80,7 +87,8 @@ __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const Combi
             for (int c = c0 + threadIdx.x; c < c1; c += kCombineThreads) {
                 float acc = 0.f;
                 for (int j = 0; j < p.topk; ++j) {
-                    const int r = __ldg(pos + j);
+                    int r = __ldg(pos + j);
+                    if (p.slot_rows && r >= 0) r = tok * p.topk + j;
                     if (r >= 0) acc += __bfloat162float(p.rows[static_cast<long long>(r) * p.rows_stride + c]);
                 }
                 orow[c] = __float2bfloat16(acc);

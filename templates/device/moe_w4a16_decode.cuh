@@ -86,6 +86,7 @@ struct DecodeParams {
     i32 split_max_items;    // split K only while num_mblocks x n_pad / 128 <= this (< this: automatic)
     i32 order_window;       // claim order: windows of this many m-blocks, (super-block, chunk) major
                             // inside a window (1: m-block major, each matrix streamed in order)
+    i32 topk;               // the warp-specialised prefill GEMMs: sorted_token holds slots (token x topk + j)
 };
 
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)

@@ -29,8 +29,10 @@
 // bf16 rounding), then copies it out in 16-byte stores, 128 contiguous bytes per row (the direct
 // per-fragment stores were 4-byte scatters, measured 1.6x slower for the whole kernel).
 //
-// Parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1
-// (routing with block_m kBM); down reads those rows of the intermediate and writes those rows of out.
+// Parameters: as moe_w4a16_prefill_wgmma, but sorted_token holds slots (token x topk + j: the routing of
+// block_m 128 / 192) and p.topk is read; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1.
+// down reads those rows of the intermediate and writes each to the row of its slot in out (slot order:
+// a token's rows are contiguous for the combine).
 #pragma once
 
 #include "device/moe_w4a16_prefill_wgmma.cuh"
@@ -46,7 +48,7 @@ constexpr int kWsSmemLimit = 232448;
 
 // Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: staging
 // tile (kBM rows of 128 + 8 bf16 columns: the 8 rows an stmatrix writes fall in different banks) and the
-// m-block's router weights (kBM floats) | mbarriers (full per slot, empty per slot, the resident tile's)].
+// m-block's router weights and slots (kBM floats, kBM ints) | mbarriers (full per slot, empty per slot, one per resident record)].
 template <int kFormat, int kBM, int kRes>
 struct PrefillWsSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
@@ -58,8 +60,8 @@ struct PrefillWsSmem {
 template <int kFormat, int kBM, int kRes, int kMode = 0>
 __host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
-    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? kBM * (SM::kStRow + 4) : 0) +
-           ((8 * (2 * slots + 1) + 127) / 128) * 128;
+    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? kBM * (SM::kStRow + 8) : 0) +
+           ((8 * (2 * slots + (kRes > 0 ? kRes : 1)) + 127) / 128) * 128;
 }
 
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kBM, int kSlots, int kRes, int kNsb>
@@ -102,15 +104,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     const u32 wbase = sbase + (kRes > 0 ? kRes : kSlots) * kXRec;
     const u32 stg = wbase + kSlots * kRec;                          // down: staging tile
     const u32 wts = stg + (kMode == 2 ? kBM * SM::kStRow : 0);     // down: router weights
-    const u32 full = wts + (kMode == 2 ? kBM * 4 : 0);
+    const u32 slt = wts + (kMode == 2 ? kBM * 4 : 0);              // down: the rows' slots
+    const u32 full = slt + (kMode == 2 ? kBM * 4 : 0);
     const u32 empty = full + 8 * kSlots;
-    const u32 xbar = empty + 8 * kSlots;
+    const u32 xbar = empty + 8 * kSlots;  // kRes > 0: one per resident record
     if (tid == 0) {
         for (int s = 0; s < kSlots; ++s) {
             mbar_init(full + 8 * s, kRes > 0 ? 1 : 1 + kWsProducerThreads);
             mbar_init(empty + 8 * s, kWsConsumerThreads / 32);
         }
-        mbar_init(xbar, kWsProducerThreads);
+        for (int q = 0; q < (kRes > 0 ? kRes : 1); ++q) mbar_init(xbar + 8 * q, kWsProducerThreads);
         fence_mbar_init();
     }
     __syncthreads();
@@ -130,7 +133,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             const int row = r8 + 8 * (2 * j + h);
             xo[j] = ~0u;
             if (row < valid) {
-                const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
+                // (the routing of block_m 128 / 192 stores slots: token x topk + j)
+                const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) / p.topk : mb * kBM + row;
                 xo[j] = static_cast<u32>(sr) * static_cast<u32>(p.x_stride) + c * 8;
             }
         }
@@ -148,8 +152,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         };
         if constexpr (kRes > 0) {
 #pragma unroll 1
-            for (int q = 0; q < kRes; ++q) copy_x(q, sbase + q * kXRec + dst0);
-            cp_async_mbar_arrive(xbar);
+            for (int q = 0; q < kRes; ++q) {
+                copy_x(q, sbase + q * kXRec + dst0);
+                cp_async_mbar_arrive(xbar + 8 * q);  // the consumers start on record 0 while the rest lands
+            }
         }
         int s = 0;
         u32 ph = 0;
@@ -188,7 +194,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     const int v = warp >> 2;  // consumer warpgroup
     if constexpr (kMode == 2) {
         float* w = reinterpret_cast<float*>(smem_ws + (wts - sbase));
-        for (int r = tid; r < kBM; r += kWsConsumerThreads) w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
+        int* sl = reinterpret_cast<int*>(smem_ws + (slt - sbase));
+        for (int r = tid; r < kBM; r += kWsConsumerThreads) {
+            w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
+            sl[r] = r < valid ? __ldg(p.sorted_token + mb * kBM + r) : 0;
+        }
         named_barrier(1, kWsConsumerThreads);
     }
     // down: stmatrix lane address (matrix i = lane / 8: token tile j + i / 2, channels 8 (i % 2) of the
@@ -212,14 +222,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
                          : "memory");
         }
         named_barrier(2 + v, 128);
-        // copy-out: 8 threads per row, 16 bytes (8 channels) each
+        // copy-out: 8 threads per row, 16 bytes (8 channels) each; row r goes to the row of its slot
         const int i = tid & 127, c = i & 7;
         const int col = sb * 128 + 64 * v + 8 * c;
         const unsigned char* src = smem_ws + (stg - sbase) + (i >> 3) * SM::kStRow + (64 * v + 8 * c) * 2;
-        __nv_bfloat16* dst = p.out + (static_cast<long long>(mb) * kBM + (i >> 3)) * p.out_stride + col;
+        const int* sl = reinterpret_cast<const int*>(smem_ws + (slt - sbase));
 #pragma unroll 4
         for (int r = i >> 3; r < valid; r += 16) {
             const uint4 val = *reinterpret_cast<const uint4*>(src);
+            __nv_bfloat16* dst = p.out + static_cast<long long>(sl[r]) * p.out_stride + col;
             if (col + 8 <= p.n_real) {
                 *reinterpret_cast<uint4*>(dst) = val;
             } else {
@@ -227,7 +238,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
                 for (int q = 0; q < 8 && col + q < p.n_real; ++q) dst[q] = e[q];
             }
             src += 16 * SM::kStRow;
-            dst += 16 * static_cast<long long>(p.out_stride);
         }
     };
     auto store_block = [&](int sb) {
@@ -249,7 +259,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         }
     };
 
-    if constexpr (kRes > 0) mbar_wait(xbar, 0);
     int s = 0;
     u32 ph = 0;
     // slots of the last kInFlight committed groups, not yet released (held[0] the oldest)
@@ -258,6 +267,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     for (int h = 0; h < kInFlight; ++h) held[h] = -1;
     u32 a[kInFlight + 1][4][4];
     auto record = [&](u32(&ar)[4][4], int q) {
+        if constexpr (kRes > 0) mbar_wait(xbar + 8 * q, 0);  // (completed once: returns at once after that)
         mbar_wait(full + 8 * s, ph);
         const u32 w = wbase + s * kRec;
         u32 words[4], m[4];

@@ -9,7 +9,8 @@
 // Outputs: expert_count [E]            rows routed to each expert
 //          num_mblocks [1]             m-blocks in use (sum over experts of ceil(count / kBlockM))
 //          mblock_info [cap] int2      (expert, valid rows in the block)
-//          sorted_token [cap*kBlockM]  token of each row, -1 for padding
+//          sorted_token [cap*kBlockM]  token of each row, -1 for padding (kBlockM 128 / 192, read only by
+//                                      the warp-specialised prefill GEMMs: the slot, token x topk + j)
 //          sorted_weight [cap*kBlockM] router weight of each row, 0 for padding
 //          slot_pos [M, topk]          (optional) sorted row of each slot, -1 when it has none (expert of
 //                                      another rank, or beyond the capacity); read by the combine kernel
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
             const int pos = atomicAdd(&cur[e], 1);  // after the earlier CTAs' rows; in some order inside the CTA
             const int r = off[e] * kBlockM + pos;
             if (r < rows) {
-                p.sorted_token[r] = s / p.topk;
+                p.sorted_token[r] = kBlockM >= 128 ? s : s / p.topk;
                 p.sorted_weight[r] = w;
                 where = r;
             }

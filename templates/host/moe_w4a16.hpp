@@ -76,8 +76,9 @@ struct DecodeParams {
     i32 k_chunk;
     i32 split_max_items;
     i32 order_window;
+    i32 topk;  // device prefill block_m 128 / 192 only
 };
-static_assert(sizeof(DecodeParams) == 184, "DecodeParams layout is shared with kiln");
+static_assert(sizeof(DecodeParams) == 192, "DecodeParams layout is shared with kiln");
 static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");
@@ -93,6 +94,7 @@ struct CombineParams {
     i32 n;
     u16* out;  // bf16 [num_tokens, out_stride]
     i32 out_stride;
+    i32 slot_rows;  // rows in slot order (row of slot s is s), not at slot_pos
 };
 static_assert(sizeof(CombineParams) == 56, "CombineParams layout is shared with kiln");
 static_assert(__builtin_offsetof(CombineParams, out) == 40, "CombineParams layout");
@@ -437,7 +439,8 @@ inline void routing(const kiln_host_ctx*, const RoutingParams& p) {
     *p.num_mblocks = total;
 }
 
-// out[t, :] = sum over t's slots j (in slot order) of rows[slot_pos[t, j], :], fp32, one bf16 rounding.
+// out[t, :] = sum over t's slots j (in slot order) of rows[slot_pos[t, j], :] (slot_rows: rows[t x topk + j],
+// where slot_pos[t, j] >= 0), fp32, one bf16 rounding.
 inline void combine(const kiln_host_ctx* ctx, const CombineParams& p) {
     auto tokens = [&](i64 b, i64 e) {
         float acc[256];
@@ -448,7 +451,7 @@ inline void combine(const kiln_host_ctx* ctx, const CombineParams& p) {
                 const int w = p.n - c0 < 256 ? static_cast<int>(p.n - c0) : 256;
                 for (int c = 0; c < w; ++c) acc[c] = 0.0f;
                 for (int j = 0; j < p.topk; ++j) {
-                    const i32 r = pos[j];
+                    const i32 r = pos[j] < 0 ? -1 : p.slot_rows ? static_cast<i32>(t * p.topk + j) : pos[j];
                     if (r < 0) continue;
                     const u16* row = p.rows + static_cast<i64>(r) * p.rows_stride + c0;
                     for (int c = 0; c < w; ++c) acc[c] += bf16_to_f32(row[c]);
