@@ -216,7 +216,14 @@ int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident
                         [&](int s) { return moe_w4a16_prefill_ws_smem(f, block_m, s, resident, down); });
 }
 
-int prefill_ws_superblocks_per_cta(int n, int k) { return superblocks_in_sequence(n, round_up(k, 64) / 64, 32); }
+int prefill_ws_superblocks_per_cta(int n, int k) {
+    const int recs = round_up(k, 64) / 64;
+    if (recs > 8) return superblocks_in_sequence(n, recs, 32);
+    // Short K: a CTA's prologue (its resident token tile, the first records in flight) is paid per CTA, so
+    // up to 16 super-blocks, spread evenly over the fewest CTAs per m-block.
+    const int nsb = std::max(1, n / MoeW4A16Family::k_superblock_rows), cols = (nsb + 15) / 16;
+    return (nsb + cols - 1) / cols;
+}
 
 int prefill_superblocks_per_cta(int n, int k) {
     const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;

@@ -171,7 +171,8 @@ int prefill_superblocks_per_cta(int n, int k);
 uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident, bool down = false);
 int prefill_ws_resident_records(WeightFormat f, int block_m, int k, bool down = false);
 int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident, bool down = false);
-// Super-blocks a CTA of that kernel walks: the largest power of two up to 8 keeping it at 32 records or fewer.
+// Super-blocks a CTA of that kernel walks: K of 8 records or fewer: up to 16, spread evenly (K2 TP8 down: 56
+// super-blocks, 4 CTAs of 14); else the largest power of two up to 8 keeping it at 32 records or fewer.
 int prefill_ws_superblocks_per_cta(int n, int k);
 
 // Kernel parameters, laid out exactly like the device structs they are passed as.

@@ -484,7 +484,7 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     CHECK(MoeW4A16Family::prefill_ws(d192));
     CHECK(MoeW4A16Family::prefill_ws(g192));
     CHECK(d192.config.block_m == 192);
-    CHECK(d192.config.block_n == 1024);
+    CHECK(d192.config.block_n == 1792);
     CHECK(d192.config.ctas_per_sm == 1);
     CHECK(d192.config.warps == 12);
     CHECK((d192.config.flags & MoeW4A16Family::k_flag_rows) != 0);
@@ -493,7 +493,7 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     CHECK(MoeW4A16Family().max_dynamic_smem(d192) == 230784u);
     CHECK(MoeW4A16Family().canonicalize(d192) == d192);
     CHECK(MoeW4A16Family().device_source(d192).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 2, 0, false, 192, 17, 4, 8>");
+          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 2, 0, false, 192, 17, 4, 14>");
     const KernelDescriptor d64 = pg(dn, false, 64);
     CHECK(!MoeW4A16Family::prefill_ws(d64));
     CHECK(MoeW4A16Family().device_source(d64).name_expr.find("moe_w4a16_prefill_wgmma<") != std::string::npos);
@@ -501,8 +501,10 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     CHECK(MoeW4A16Family::prefill_ws(d3));
     CHECK(prefill_ws_resident_records(d3.weight_format, 128, 384, true) == 6);
     CHECK(MoeW4A16Family().device_source(d3).name_expr.find("false, 2, 0, false, 128, ") != std::string::npos);
-    CHECK(prefill_ws_superblocks_per_cta(3584, 384) == 4);
-    CHECK(prefill_ws_superblocks_per_cta(7168, 256) == 8);
+    CHECK(prefill_ws_superblocks_per_cta(3584, 384) == 14);
+    CHECK(prefill_ws_superblocks_per_cta(7168, 256) == 14);
+    CHECK(prefill_ws_superblocks_per_cta(7168, 576) == 2);  // 9 records: powers of two up to 32 records
+    CHECK(prefill_ws_superblocks_per_cta(2304, 256) == 9);  // 18 super-blocks: 2 CTAs of 9
     CHECK(prefill_ws_superblocks_per_cta(256, 256) == 2);
     CHECK(prefill_ws_superblocks_per_cta(4096, 7168) == 1);
     const KernelDescriptor o128 = pg(odd, true, 128);  // K 352: masked, 6 resident records
