@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     }
     __syncthreads();
 
-    // Per owned expert: its first m-block; CTA 0 also writes the count, the m-block descriptors and the
-    // padding rows of the expert's last block (the scatter fills the others, so nothing is written twice).
+    // Per owned expert: its first m-block; CTA 0 also writes the count and the m-block descriptors.
     const int total = min(total_s, p.mblock_cap);
     const int rows = total * kBlockM;
     const bool writer = blockIdx.x == 0;
@@ -135,14 +134,22 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
                 const int mb = run + j;
                 if (mb < total) p.mblock_info[mb] = make_int2(e, min(kBlockM, c - j * kBlockM));
             }
-            for (int r = run * kBlockM + c; r < (run + nb) * kBlockM && r < rows; ++r) {
-                p.sorted_token[r] = -1;
-                p.sorted_weight[r] = 0.0f;
-            }
         }
         run += nb;
     }
     __syncthreads();
+    // The padding rows of each expert's last m-block (the scatter fills the others, so nothing is written
+    // twice): expert e by CTA e % gridDim.x, one warp per expert, lanes on consecutive rows (one thread
+    // per expert writing its rows in turn makes every warp store touch 32 lines, all in CTA 0).
+    for (int e = static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) * warp; e < E;
+         e += static_cast<int>(gridDim.x) * (nthr >> 5)) {
+        const int c = cnt[e];
+        const int r1 = min((off[e] + (c + kBlockM - 1) / kBlockM) * kBlockM, rows);
+        for (int r = off[e] * kBlockM + c + lane; r < r1; r += 32) {
+            p.sorted_token[r] = -1;
+            p.sorted_weight[r] = 0.0f;
+        }
+    }
 
     auto place = [&](int s, int e, float w) {
         int where = -1;
