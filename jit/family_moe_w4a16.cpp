@@ -441,10 +441,10 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             if (d.config.flags & k_flag_wgmma) {
                 s.file_name = gate_up ? "moe_w4a16_prefill_wgmma_gate_up.cu" : "moe_w4a16_prefill_wgmma_down.cu";
                 const int par = (d.config.flags & k_flag_wide) ? 2 : 1;
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_prefill_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                           format_param(d.weight_format), wide, gate_up ? 0 : 2, situ ? 1 : 0, mask,
                                           d.config.stages, d.config.block_k / 64, d.config.block_n / k_superblock_rows / par,
-                                          par, d.config.block_m / k_prefill_block_m);
+                                          par);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_prefill_wgmma.cuh\"\n", to_string(d));
                 return s;
             }
@@ -663,9 +663,7 @@ void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams&
                                           "block_m {} (use block_m 64)",
                                           x_rows, p.x_stride, k.desc.config.block_m));
     const int cols = (p.n_pad + k.desc.config.block_n - 1) / k.desc.config.block_n;  // CTAs per m-block
-    // (per 64-row part of the m-block, except for the warp-specialised kernel, which takes it whole)
-    const int parts = MoeW4A16Family::prefill_ws(k.desc) ? 1 : k.desc.config.block_m / MoeW4A16Family::k_prefill_block_m;
-    const int64_t ctas = static_cast<int64_t>(mblock_cap) * cols * parts;
+    const int64_t ctas = static_cast<int64_t>(mblock_cap) * cols;
     if (ctas > 0x7fffffff)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_prefill: {} m-blocks x {} CTAs exceed the grid", mblock_cap, cols));
     if (ctas == 0) return;

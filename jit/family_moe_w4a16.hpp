@@ -20,11 +20,12 @@
 //   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K). Flag bit 11
 //   (requested; kept where a CTA walks one super-block and N has two): the wide CTA, two super-blocks
 //   side by side (512 threads, one CTA per SM, block_n 256), the token tile read once per 256 rows.
-//   block_m 128 or 192 (wgmma only; routing with the same block_m): prefill gate_up is the
-//   warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per CTA with wgmma N up to
-//   192, a producer warpgroup feeding a ring of one-record slots through full / empty mbarriers, 384
-//   threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile resident for short K);
-//   prefill down is the block_m 64 wgmma kernel run on 64-row parts of the m-blocks (kSub).
+//   block_m 128 or 192 (wgmma only; routing with the same block_m, which stores slots in sorted_token):
+//   both prefill GEMMs are the warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per
+//   CTA with wgmma N up to 192, a producer warpgroup feeding a ring of one-record slots through full /
+//   empty mbarriers, 384 threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile
+//   resident for short K); its down writes rows in slot order through a staging tile and runs its two
+//   consumer warpgroups in ping-pong.
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the

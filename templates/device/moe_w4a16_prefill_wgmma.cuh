@@ -65,17 +65,14 @@ __device__ __forceinline__ void prefill_record_mma(float* acc, const u32 (&a)[4]
     for (int s = 1; s < 4; ++s) wgmma::MmaRS<kN>::run(acc, a[s][0], a[s][1], a[s][2], a[s][3], desc + 2 * s, 1);
 }
 
-// kSub: the routing's m-blocks hold 64 kSub rows (block_m 128 / 192, whose gate_up runs
-// moe_w4a16_prefill_wgmma_ws); each CTA takes a 64-row part of one (grid: kSub parts per m-block).
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kStages, int kRecs, int kNsb = 1,
-          int kPar = 1, int kSub = 1>
+          int kPar = 1>
 __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe_w4a16_prefill_wgmma(const DecodeParams p) {
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per step");
     static_assert(kNsb >= 1 && kNsb <= 16, "1 to 16 super-blocks per CTA in sequence");
     static_assert(kPar == 1 || (kPar == 2 && kNsb == 1), "two super-blocks side by side, or several in sequence");
     static_assert(kStages >= 3, "at least three weight stages (refills run two steps behind)");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
-    static_assert(kSub >= 1 && kSub <= 3, "m-blocks of 64, 128 or 192 rows");
     using SM = PrefillWgmmaSmem<kFormat, kRecs, kPar>;
     using LB = typename SM::LB;
     constexpr int kThreads = kPrefillThreads * kPar;
@@ -98,9 +95,8 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
 
     const int nsb = p.n_pad >> 7;
     const int ncol = (nsb + kNsb * kPar - 1) / (kNsb * kPar);
-    const int part = static_cast<int>(blockIdx.x) / ncol;  // 64-row part of the routing's m-blocks
-    const int sb0 = (static_cast<int>(blockIdx.x) - part * ncol) * kNsb * kPar;
-    const int mb = part / kSub;
+    const int mb = static_cast<int>(blockIdx.x) / ncol;
+    const int sb0 = (static_cast<int>(blockIdx.x) - mb * ncol) * kNsb * kPar;
     if (mb >= *p.num_mblocks) return;
     const int nq = p.k_pad >> 6;
     const int nst = nq / kRecs;                                   // K steps per super-block
@@ -114,9 +110,8 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     // steps fit in the prefetched slots: loaded once, never refilled.
     const bool resident = kNsb > 1 && nst <= kXS - 2;
     const int2 info = __ldg(p.mblock_info + mb);
-    const int valid = min(kBM, info.y - (part - mb * kSub) * kBM);  // rows of this part
-    if (valid <= 0) return;
-    const long long row0 = static_cast<long long>(mb) * (kBM * kSub) + (part - mb * kSub) * kBM;  // its first sorted row
+    const int valid = info.y;
+    const long long row0 = static_cast<long long>(mb) * kBM;  // its first sorted row
     const int ntiles = (valid + 7) >> 3;
     const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
 
