@@ -3,10 +3,12 @@
 // combine) matches the CPU reference (model/reference routed_experts on the checkpoint weights
 // dequantised exactly) within bf16 tolerance for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
 // expert and odd sizes, in the decode configurations and in the prefill one (block_m 64 routing, the
-// prefill gate_up and down-rows kinds, combine). Outputs are poisoned (NaN) before every run; every case
+// prefill gate_up and down-rows kinds, combine), and the combine alone with rows at their slot positions or
+// in slot order. Outputs are poisoned (NaN) before every run; every layer case
 // runs twice (the layer must leave its accumulator clean).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -167,6 +169,57 @@ TEST_CASE("moe_w4a16 host routing prep builds the m-blocks the GEMMs read") {
             CHECK(mb == blocks);
             for (size_t i = size_t(cap) * 2; i < info.size(); ++i) CHECK(info[i] == -7);  // past the cap: untouched
         }
+    }
+}
+
+TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot positions or in slot order") {
+    HostKernelLoader loader;
+    runtime::HostStream s;
+    const LoadedKernel& k = loader.get(MoeW4A16Family::combine(k_host));
+    const int tokens = 37, topk = 5, n = 300, stride = 320, slots = tokens * topk;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    // Sorted positions: a permutation of the rows; every seventh slot belongs to another rank (-1).
+    std::vector<int32_t> pos(slots);
+    for (int i = 0; i < slots; ++i) pos[i] = i;
+    std::shuffle(pos.begin(), pos.end(), rng);
+    for (int i = 0; i < slots; i += 7) pos[i] = -1;
+    const uint16_t nan = 0x7FC0;
+    std::vector<uint16_t> by_slot(size_t(slots) * stride, nan), by_pos(size_t(slots) * stride, nan);
+    for (int i = 0; i < slots; ++i) {
+        if (pos[i] < 0) continue;  // its rows stay NaN: never read
+        for (int c = 0; c < n; ++c) {
+            const uint16_t v = float_to_bf16((rng() & 1 ? 1.0f : -1.0f) * u(rng));
+            by_slot[size_t(i) * stride + c] = v;
+            by_pos[size_t(pos[i]) * stride + c] = v;
+        }
+    }
+    std::vector<double> want(size_t(tokens) * n, 0.0);
+    for (int t = 0; t < tokens; ++t)
+        for (int j = 0; j < topk; ++j)
+            if (pos[t * topk + j] >= 0)
+                for (int c = 0; c < n; ++c) want[size_t(t) * n + c] += bf16_to_float(by_slot[size_t(t * topk + j) * stride + c]);
+    for (int slot_rows : {0, 1}) {
+        CAPTURE(slot_rows);
+        std::vector<uint16_t> out(size_t(tokens) * n, nan);
+        MoeW4A16CombineParams p{};
+        p.rows = addr(slot_rows ? by_slot.data() : by_pos.data());
+        p.rows_stride = stride;
+        p.slot_pos = addr(pos.data());
+        p.num_tokens = tokens;
+        p.topk = topk;
+        p.n = n;
+        p.out = addr(out.data());
+        p.out_stride = n;
+        p.slot_rows = slot_rows;
+        launch_moe_w4a16_combine(k, p, s);
+        s.synchronize();
+        long bad = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+            const double got = bf16_to_float(out[i]);
+            if (!(std::fabs(got - want[i]) <= 1.0 / 128 * std::fabs(want[i]) + 1e-6)) ++bad;  // one bf16 rounding
+        }
+        CHECK(bad == 0);
     }
 }
 
