@@ -306,9 +306,6 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
                 throw InvalidArgument(fmt::format("moe_w4a16: {} ring slots of block_m {} do not fit in shared memory "
                                                   "(2 to 24)",
                                                   slots, bm));
-            if (down && res > 0 && slots < res + 2)  // the ping-pong of the down kernel: a super-block + 2 in flight
-                throw InvalidArgument(fmt::format("moe_w4a16: down with block_m {} needs at least {} ring slots, not {}", bm,
-                                                  res + 2, slots));
             d.config.flags |= k_flag_wgmma;
             d.config.block_m = static_cast<uint16_t>(bm);
             d.config.block_n = static_cast<uint16_t>(k_superblock_rows * prefill_ws_superblocks_per_cta(in.n, in.k));

@@ -119,9 +119,6 @@ __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wa
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
-__device__ __forceinline__ void named_barrier_arrive(int id, int nthreads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
-}
 
 // Ring positions of the pipelines: the next slot of n, and (with a phase) the mbarrier parity that
 // flips each time the ring wraps.

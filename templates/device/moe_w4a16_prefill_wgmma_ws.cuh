@@ -81,12 +81,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     // wgmma groups a consumer warpgroup keeps in flight (H200, K2 TP8 gate_up: 1 -> 2 was 950 -> 868 us;
     // 3 and 4 measured the same as 2)
     constexpr int kInFlight = 2;
-    // down with a resident token tile: the two consumer warpgroups take turns at the tensor cores, one
-    // issuing a super-block's wgmmas while the other drains and runs its epilogue (short K: the epilogue
-    // is a large share of a super-block). Each waits for the other's super-block to be issued, so the ring
-    // must hold a super-block's records plus the kInFlight the other still holds.
-    constexpr bool kPingPong = kMode == 2 && kRes > 0;
-    static_assert(!kPingPong || kSlots >= kRes + kInFlight, "ping-pong: a super-block of records and those in flight");
 
     extern __shared__ __align__(1024) unsigned char smem_ws[];
 
@@ -305,11 +299,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         held[kInFlight - 1] = s;
         ring_advance(s, ph, kSlots);
     };
-    const int sb_end = sb0 + total / nq;
 #pragma unroll 1
-    for (int sb = sb0; sb < sb_end; ++sb) {
-        // ping-pong: wait for this warpgroup's turn at the tensor cores (warpgroup 0 starts)
-        if (kPingPong && (v == 1 || sb > sb0)) named_barrier(4 + v, kWsConsumerThreads);
+    for (int sb = sb0; sb < sb0 + total / nq; ++sb) {
         // kInFlight + 1 A buffers (distinct registers: the loop is unrolled by that), kInFlight groups in flight
 #pragma unroll 1
         for (int q = 0; q < nq; q += kInFlight + 1) {
@@ -317,9 +308,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             for (int b = 0; b <= kInFlight; ++b)
                 if (b == 0 || q + b < nq) record(a[b], q + b);
         }
-        // every wgmma of the super-block issued: the other warpgroup's turn (warpgroup 1's last one passes
-        // nothing: warpgroup 0 has no super-block left to wait for)
-        if (kPingPong && (v == 0 || sb + 1 < sb_end)) named_barrier_arrive(4 + (v ^ 1), kWsConsumerThreads);
         // super-block done: drain, store; the next one starts from zero (scale-d 0)
         wgmma::wait<0>();
 #pragma unroll
