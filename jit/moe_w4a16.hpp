@@ -19,10 +19,10 @@
 // (docs/perf-notes.md §8): gate_up dynamic for INT4 weights below 4096 routed slots, static otherwise;
 // down dynamic, rows from 256 slots, K chunks chosen from M for the atomics path. From `prefill_min`
 // routed slots per local expert (M x top-k / experts) a call runs the prefill configuration instead
-// (docs/perf-notes.md §9, §11, §12): routing into m-blocks of 64, 128 or 192 rows (prefill_block_m, by
+// (docs/perf-notes.md §9, §11-13): routing into m-blocks of 64, 128 or 192 rows (prefill_block_m, by
 // default from the expected rows per expert), the prefill GEMMs (one CTA per m-block and 128-row
-// super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a, a warp-specialised
-// gate_up for the large m-blocks), down rows + combine.
+// super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a, warp-specialised
+// kernels for the large m-blocks, whose down writes its rows in slot order), down rows + combine.
 #pragma once
 
 #include <cstdint>
