@@ -186,7 +186,7 @@ NvrtcOutput Nvrtc::compile(const NvrtcProgram& p) const {
 
 std::vector<std::string> canonical_options(const Target& target) {
     if (target.is_host()) throw InvalidArgument("NVRTC compiles device targets only (got host)");
-    return {
+    std::vector<std::string> o = {
         fmt::format("--gpu-architecture={}", to_string(target)),
         "--std=c++17",
         "-default-device",
@@ -195,6 +195,10 @@ std::vector<std::string> canonical_options(const Target& target) {
         "-I<cuda-include>",
         "-I<cccl-include>",
     };
+    // Source lines in the cubin for profilers (still optimised; the option is in the key, so these cubins are
+    // cached apart from the others).
+    if (env::get_bool("KILN_JIT_LINEINFO", false)) o.push_back("--generate-line-info");
+    return o;
 }
 
 std::vector<std::string> realize(const std::vector<std::string>& canonical, const CudaHeaders& h) {

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -97,4 +98,19 @@ TEST_CASE("canonical options hold no paths; realize substitutes the header dirs"
     CHECK(std::find(r.begin(), r.end(), "-I/x/include") != r.end());
     CHECK(std::find(r.begin(), r.end(), "-I/x/include/cccl") != r.end());
     CHECK_THROWS_AS(canonical_options(Target::host_target()), kiln::InvalidArgument);
+}
+
+TEST_CASE("KILN_JIT_LINEINFO adds source lines to the options (and so to the kernel key)") {
+    const auto has_lineinfo = [](const std::vector<std::string>& o) {
+        return std::find(o.begin(), o.end(), "--generate-line-info") != o.end();
+    };
+    ::unsetenv("KILN_JIT_LINEINFO");
+    CHECK(!has_lineinfo(canonical_options(Target::sm(90, 'a'))));
+    ::setenv("KILN_JIT_LINEINFO", "1", 1);
+    CHECK(has_lineinfo(canonical_options(Target::sm(90, 'a'))));
+    ::setenv("KILN_JIT_LINEINFO", "off", 1);
+    CHECK(!has_lineinfo(canonical_options(Target::sm(90, 'a'))));
+    ::setenv("KILN_JIT_LINEINFO", "sometimes", 1);
+    CHECK_THROWS_AS(canonical_options(Target::sm(90, 'a')), kiln::InvalidArgument);
+    ::unsetenv("KILN_JIT_LINEINFO");
 }
