@@ -231,10 +231,10 @@ struct MoeW4A16CombineParams {  // kiln_dev::moe::CombineParams
     int32_t num_tokens, topk, n;
     CUdeviceptr out;
     int32_t out_stride;
-    int32_t slot_rows;  // 1: rows in slot order (the row of slot s is s; prefill block_m 128 / 192)
+    int32_t row_tile;  // > 0: rows in tiles of row_tile rows x 64 columns (the ws prefill down; see the template)
 };
 static_assert(sizeof(MoeW4A16CombineParams) == 56);
-static_assert(offsetof(MoeW4A16CombineParams, slot_rows) == 52);
+static_assert(offsetof(MoeW4A16CombineParams, row_tile) == 52);
 static_assert(offsetof(MoeW4A16CombineParams, slot_pos) == 16);
 static_assert(offsetof(MoeW4A16CombineParams, out) == 40);
 

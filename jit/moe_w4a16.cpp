@@ -356,8 +356,8 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
         c.n = hidden_;
         c.out = reinterpret_cast<CUdeviceptr>(out.data);
         c.out_stride = hidden_;
-        // the warp-specialised down writes its rows in slot order (its routing stores slots)
-        c.slot_rows = use_prefill_ && MoeW4A16Family::prefill_ws(pre_[pre_bm_ / 64 - 1].down->desc);
+        // the warp-specialised down writes its rows in tiles of its m-blocks
+        c.row_tile = use_prefill_ && MoeW4A16Family::prefill_ws(pre_[pre_bm_ / 64 - 1].down->desc) ? pre_bm_ : 0;
         launch_moe_w4a16_combine(*k_combine_, c, sm_count_, stream);
     }
 }

@@ -1,9 +1,9 @@
 // moe_w4a16 top-k combine (indexed mode): out[t, :] = sum over t's local slots j of rows[pos(t, j), :],
 // where rows are the router-weighted bf16 outputs of the down GEMM in its rows mode (one row per sorted
-// position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). slot_rows:
-// down wrote the rows in slot order instead (row t x topk + j; the prefill kernels of block_m 128 / 192),
-// so a token's rows are contiguous and the combine reads sequentially; slot_pos still says which slots
-// are local. Sums in fp32 in slot order (deterministic), one bf16 rounding; a token with no local slot
+// position) and pos comes from the routing kernel (slot_pos, -1 for slots of other ranks). row_tile > 0:
+// down wrote its rows in tiles of row_tile positions x 64 columns instead (the warp-specialised prefill
+// down of block_m 128 / 192 sends each tile with one bulk copy), 16-byte chunks swizzled within a row;
+// rows_tiled_offset below is the layout. Sums in fp32 in slot order (deterministic), one bf16 rounding; a token with no local slot
 // gets a zero row. Work items are (token, 1024 columns), grid-stride, 8 columns per thread, up to eight
 // slots' loads in flight.
 #pragma once
@@ -24,8 +24,17 @@ struct CombineParams {
     i32 n;                      // columns
     __nv_bfloat16* out;         // [num_tokens, out_stride]
     i32 out_stride;
-    i32 slot_rows;              // rows in slot order (see above)
+    i32 row_tile;               // 0: row pos at pos x rows_stride; > 0: tiled (see above)
 };
+
+// Tiled rows (row_tile T, a multiple of 8; n_pad = rows_stride, a multiple of 64): element (pos, c) of the
+// rows lies in tile (pos / T, c / 64), T rows of 64 columns, with chunk c / 8 % 8 of row r = pos % T at
+// chunk (c / 8 % 8) ^ (r % 8) of that row. The host combine reads the same layout.
+__host__ __device__ __forceinline__ long long rows_tiled_offset(int pos, int c, int row_tile, int n_pad) {
+    const int mb = pos / row_tile, r = pos - mb * row_tile;
+    return (static_cast<long long>(mb) * (n_pad >> 6) + (c >> 6)) * row_tile * 64 + r * 64 +
+           ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
 
 constexpr int kCombineThreads = 128;
 constexpr int kCombineCols = kCombineThreads * 8;  // columns of one work item (8 per thread)
@@ -56,12 +65,14 @@ __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const Combi
 #pragma unroll
                 for (int u = 0; u < 8; ++u) {
                     r[u] = j0 + u < p.topk ? __ldg(pos + j0 + u) : -1;
-                    if (p.slot_rows && r[u] >= 0) r[u] = tok * p.topk + j0 + u;
                 }
 #pragma unroll
                 for (int u = 0; u < 8; ++u)
-                    if (r[u] >= 0)
-                        v[u] = __ldg(reinterpret_cast<const uint4*>(p.rows + static_cast<long long>(r[u]) * p.rows_stride + c));
+                    if (r[u] >= 0) {
+                        const long long o = p.row_tile ? rows_tiled_offset(r[u], c, p.row_tile, p.rows_stride)
+                                                       : static_cast<long long>(r[u]) * p.rows_stride + c;
+                        v[u] = __ldg(reinterpret_cast<const uint4*>(p.rows + o));
+                    }
 #pragma unroll
                 for (int u = 0; u < 8; ++u) {
                     if (r[u] < 0) continue;
@@ -87,9 +98,11 @@ __global__ void __launch_bounds__(kCombineThreads) moe_w4a16_combine(const Combi
             for (int c = c0 + threadIdx.x; c < c1; c += kCombineThreads) {
                 float acc = 0.f;
                 for (int j = 0; j < p.topk; ++j) {
-                    int r = __ldg(pos + j);
-                    if (p.slot_rows && r >= 0) r = tok * p.topk + j;
-                    if (r >= 0) acc += __bfloat162float(p.rows[static_cast<long long>(r) * p.rows_stride + c]);
+                    const int r = __ldg(pos + j);
+                    if (r < 0) continue;
+                    const long long o = p.row_tile ? rows_tiled_offset(r, c, p.row_tile, p.rows_stride)
+                                                   : static_cast<long long>(r) * p.rows_stride + c;
+                    acc += __bfloat162float(p.rows[o]);
                 }
                 orow[c] = __float2bfloat16(acc);
             }

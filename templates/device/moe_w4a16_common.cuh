@@ -112,6 +112,24 @@ __device__ __forceinline__ void bulk_g2s_hint(u32 dst, const void* src, u32 byte
         : "memory");
 }
 
+// Bulk copy shared -> global in this thread's bulk async-group (bytes and addresses multiples of 16); the
+// writers of the shared source fence it with fence_proxy_async first.
+__device__ __forceinline__ void bulk_s2g(void* dst, u32 src, u32 bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most N of this thread's bulk groups still reading their shared source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// At most N of this thread's bulk groups not complete (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Programmatic dependent launch (sm_90): wait until the previous kernel in the stream has completed and
 // its writes are visible (a no-op when the kernel was not launched as a dependent).
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }

@@ -24,15 +24,17 @@
 // the next). kRes = 0: every slot holds one record of tokens and one of weights.
 //
 // Epilogues. gate_up (kMode 0): prefill_store_tile, as moe_w4a16_prefill_wgmma. down (kMode 2, rows):
-// the accumulators hold [channel][token], the rows are [token][channel]; each warpgroup transposes its
-// 64 channels x kBM tokens into a staging tile with stmatrix.trans (router weight applied in fp32, one
-// bf16 rounding), then copies it out in 16-byte stores, 128 contiguous bytes per row (the direct
-// per-fragment stores were 4-byte scatters, measured 1.6x slower for the whole kernel).
+// the accumulators hold [channel][token]; each warpgroup transposes its 64 channels x kBM tokens with
+// stmatrix.trans (router weight applied in fp32, one bf16 rounding) into a staging tile laid out as one
+// tile of the tiled rows (moe_w4a16_combine.cuh: kBM rows x 64 columns, 16-byte chunks swizzled by the
+// row, so the stmatrix rows fall in distinct banks), and one thread sends the m-block's valid rows with a
+// single bulk copy that drains while the warpgroup computes the next super-block. Stores from the
+// threads (16 bytes, 128 contiguous per row, rows at their slots) held the warpgroups ~35% of their
+// time; one bulk copy per 128-byte row was slower still (the copy engine's rate for small copies).
 //
 // Parameters: as moe_w4a16_prefill_wgmma, but sorted_token holds slots (token x topk + j: the routing of
 // block_m 128 / 192) and p.topk is read; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1.
-// down reads those rows of the intermediate and writes each to the row of its slot in out (slot order:
-// a token's rows are contiguous for the combine).
+// down reads those rows of the intermediate and writes them as tiles (mb, 64-column group) of out.
 #pragma once
 
 #include "device/moe_w4a16_prefill_wgmma.cuh"
@@ -54,13 +56,13 @@ struct PrefillWsSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
     static constexpr int kRec = LB::kRecordBytes;
     static constexpr int kXRec = kBM * 128;  // one 64-wide record of kBM token rows, 128-byte swizzle
-    static constexpr int kStRow = 272;       // staging row: 128 channels + 8 of padding, bf16
+    static constexpr int kTile = kBM * 128;  // down: one warpgroup's staging tile, kBM rows x 64 bf16
 };
 
 template <int kFormat, int kBM, int kRes, int kMode = 0>
 __host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
-    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? kBM * (SM::kStRow + 8) : 0) +
+    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? 2 * SM::kTile + kBM * 4 : 0) +
            ((8 * (2 * slots + (kRes > 0 ? kRes : 1)) + 127) / 128) * 128;
 }
 
@@ -103,9 +105,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment
     const u32 wbase = sbase + (kRes > 0 ? kRes : kSlots) * kXRec;
     const u32 stg = wbase + kSlots * kRec;                          // down: staging tile
-    const u32 wts = stg + (kMode == 2 ? kBM * SM::kStRow : 0);     // down: router weights
-    const u32 slt = wts + (kMode == 2 ? kBM * 4 : 0);              // down: the rows' slots
-    const u32 full = slt + (kMode == 2 ? kBM * 4 : 0);
+    const u32 wts = stg + (kMode == 2 ? 2 * SM::kTile : 0);  // down: router weights
+    const u32 full = wts + (kMode == 2 ? kBM * 4 : 0);
     const u32 empty = full + 8 * kSlots;
     const u32 xbar = empty + 8 * kSlots;  // kRes > 0: one per resident record
     if (tid == 0) {
@@ -194,50 +195,43 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     const int v = warp >> 2;  // consumer warpgroup
     if constexpr (kMode == 2) {
         float* w = reinterpret_cast<float*>(smem_ws + (wts - sbase));
-        int* sl = reinterpret_cast<int*>(smem_ws + (slt - sbase));
-        for (int r = tid; r < kBM; r += kWsConsumerThreads) {
-            w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
-            sl[r] = r < valid ? __ldg(p.sorted_token + mb * kBM + r) : 0;
-        }
+        for (int r = tid; r < kBM; r += kWsConsumerThreads) w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
         named_barrier(1, kWsConsumerThreads);
     }
-    // down: stmatrix lane address (matrix i = lane / 8: token tile j + i / 2, channels 8 (i % 2) of the
-    // warp's 16; row lane % 8 = token)
-    const u32 st_lane = stg + (((lane >> 4) * 8 + (lane & 7)) * SM::kStRow) + warp * 32 + ((lane >> 3) & 1) * 16;
+    // down: stmatrix lane address (matrix i = lane / 8: token tile j + i / 2, channel chunk 2 (warp % 4) + i % 2
+    // of the warpgroup's 8; row lane % 8 = token), chunks swizzled by the row (rows_tiled_offset's layout)
+    const u32 tile = stg + v * SM::kTile;
+    const u32 st_lane = tile + ((lane >> 4) * 8 + (lane & 7)) * 128 + ((((warp & 3) * 2 + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
+    const bool leader = (tid & 127) == 0;
     auto store_rows = [&](int sb) {
-        named_barrier(2 + v, 128);  // this warpgroup's copy-out of the last super-block has read the staging
+        // the bulk copy of the last super-block has read the staging tile
+        if (leader) bulk_wait_read<0>();
+        named_barrier(2 + v, 128);
         const float* w = reinterpret_cast<const float*>(smem_ws + (wts - sbase));
+        // router weights of the thread's token pairs, loaded before the first use (the A buffers are free)
+        float2 wr[kTiles];
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) wr[j] = *reinterpret_cast<const float2*>(w + 8 * j + 2 * t);
 #pragma unroll
         for (int j = 0; j < kTiles; j += 2) {
             if (j >= ntiles) continue;
-            const float2 w0 = *reinterpret_cast<const float2*>(w + 8 * j + 2 * t);
-            const float2 w1 = *reinterpret_cast<const float2*>(w + 8 * j + 8 + 2 * t);
+            const float2 w0 = wr[j], w1 = wr[j + 1];
             const u32 r0 = pack_bf16x2(w0.x * acc[4 * j], w0.y * acc[4 * j + 1]);
             const u32 r1 = pack_bf16x2(w0.x * acc[4 * j + 2], w0.y * acc[4 * j + 3]);
             const u32 r2 = pack_bf16x2(w1.x * acc[4 * j + 4], w1.y * acc[4 * j + 5]);
             const u32 r3 = pack_bf16x2(w1.x * acc[4 * j + 6], w1.y * acc[4 * j + 7]);
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                             st_lane + j * 8 * SM::kStRow),
-                         "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                         : "memory");
+            // (no memory clobber: the router-weight loads may move ahead of earlier stmatrix; the fence and
+            // the barrier below order the staging writes against the copy)
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(st_lane + j * 8 * 128),
+                         "r"(r0), "r"(r1), "r"(r2), "r"(r3));
         }
+        fence_proxy_async();  // the staging writes, visible to the bulk copy
         named_barrier(2 + v, 128);
-        // copy-out: 8 threads per row, 16 bytes (8 channels) each; row r goes to the row of its slot
-        const int i = tid & 127, c = i & 7;
-        const int col = sb * 128 + 64 * v + 8 * c;
-        const unsigned char* src = smem_ws + (stg - sbase) + (i >> 3) * SM::kStRow + (64 * v + 8 * c) * 2;
-        const int* sl = reinterpret_cast<const int*>(smem_ws + (slt - sbase));
-#pragma unroll 4
-        for (int r = i >> 3; r < valid; r += 16) {
-            const uint4 val = *reinterpret_cast<const uint4*>(src);
-            __nv_bfloat16* dst = p.out + static_cast<long long>(sl[r]) * p.out_stride + col;
-            if (col + 8 <= p.n_real) {
-                *reinterpret_cast<uint4*>(dst) = val;
-            } else {
-                const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&val);
-                for (int q = 0; q < 8 && col + q < p.n_real; ++q) dst[q] = e[q];
-            }
-            src += 16 * SM::kStRow;
+        if (leader) {
+            // the m-block's valid rows of these 64 channels are one contiguous tile of the rows: one copy,
+            // drained while the warpgroup goes on to the next super-block
+            bulk_s2g(p.out + (static_cast<long long>(mb) * (p.n_pad >> 6) + 2 * sb + v) * kBM * 64, tile, valid * 128);
+            bulk_commit();
         }
     };
     auto store_block = [&](int sb) {
@@ -317,6 +311,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         }
         wgmma::fence_acc(acc);
         store_block(sb);
+    }
+    if constexpr (kMode == 2) {
+        if (leader) bulk_wait<0>();  // the rows have been written before the CTA ends
     }
 }
 

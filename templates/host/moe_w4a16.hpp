@@ -94,7 +94,7 @@ struct CombineParams {
     i32 n;
     u16* out;  // bf16 [num_tokens, out_stride]
     i32 out_stride;
-    i32 slot_rows;  // rows in slot order (row of slot s is s), not at slot_pos
+    i32 row_tile;   // 0: row pos at pos x rows_stride; > 0: tiles of row_tile rows x 64 columns (rows_tiled_offset)
 };
 static_assert(sizeof(CombineParams) == 56, "CombineParams layout is shared with kiln");
 static_assert(__builtin_offsetof(CombineParams, out) == 40, "CombineParams layout");
@@ -439,8 +439,16 @@ inline void routing(const kiln_host_ctx*, const RoutingParams& p) {
     *p.num_mblocks = total;
 }
 
-// out[t, :] = sum over t's slots j (in slot order) of rows[slot_pos[t, j], :] (slot_rows: rows[t x topk + j],
-// where slot_pos[t, j] >= 0), fp32, one bf16 rounding.
+// The tiled rows layout of the device combine (templates/device/moe_w4a16_combine.cuh): element (pos, c) in
+// tile (pos / T, c / 64) of T x 64, chunk c / 8 % 8 of row r = pos % T stored at chunk (c / 8 % 8) ^ (r % 8).
+inline i64 rows_tiled_offset(int pos, int c, int row_tile, int n_pad) {
+    const int mb = pos / row_tile, r = pos - mb * row_tile;
+    return (static_cast<i64>(mb) * (n_pad >> 6) + (c >> 6)) * row_tile * 64 + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) +
+           (c & 7);
+}
+
+// out[t, :] = sum over t's slots j (in slot order) of rows[slot_pos[t, j], :] (where slot_pos[t, j] >= 0;
+// tiled when row_tile > 0), fp32, one bf16 rounding.
 inline void combine(const kiln_host_ctx* ctx, const CombineParams& p) {
     auto tokens = [&](i64 b, i64 e) {
         float acc[256];
@@ -451,8 +459,13 @@ inline void combine(const kiln_host_ctx* ctx, const CombineParams& p) {
                 const int w = p.n - c0 < 256 ? static_cast<int>(p.n - c0) : 256;
                 for (int c = 0; c < w; ++c) acc[c] = 0.0f;
                 for (int j = 0; j < p.topk; ++j) {
-                    const i32 r = pos[j] < 0 ? -1 : p.slot_rows ? static_cast<i32>(t * p.topk + j) : pos[j];
+                    const i32 r = pos[j];
                     if (r < 0) continue;
+                    if (p.row_tile > 0) {
+                        for (int c = 0; c < w; ++c)
+                            acc[c] += bf16_to_f32(p.rows[rows_tiled_offset(r, static_cast<int>(c0) + c, p.row_tile, p.rows_stride)]);
+                        continue;
+                    }
                     const u16* row = p.rows + static_cast<i64>(r) * p.rows_stride + c0;
                     for (int c = 0; c < w; ++c) acc[c] += bf16_to_f32(row[c]);
                 }

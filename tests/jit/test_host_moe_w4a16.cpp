@@ -172,7 +172,7 @@ TEST_CASE("moe_w4a16 host routing prep builds the m-blocks the GEMMs read") {
     }
 }
 
-TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot positions or in slot order") {
+TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot positions, plain or tiled") {
     HostKernelLoader loader;
     runtime::HostStream s;
     const LoadedKernel& k = loader.get(MoeW4A16Family::combine(k_host));
@@ -185,13 +185,21 @@ TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot po
     std::shuffle(pos.begin(), pos.end(), rng);
     for (int i = 0; i < slots; i += 7) pos[i] = -1;
     const uint16_t nan = 0x7FC0;
-    std::vector<uint16_t> by_slot(size_t(slots) * stride, nan), by_pos(size_t(slots) * stride, nan);
+    // Tiles of 24 rows x 64 columns, swizzled: element (pos, c) at rows_tiled_offset (spelled out here).
+    const int tile = 24;
+    auto tiled = [&](int p, int c) {
+        const int mb = p / tile, r = p % tile;
+        return (size_t(mb) * (stride / 64) + c / 64) * tile * 64 + size_t(r) * 64 + size_t(((c / 8) % 8) ^ (r % 8)) * 8 + c % 8;
+    };
+    std::vector<uint16_t> by_slot(size_t(slots) * stride, nan), by_pos(size_t(slots) * stride, nan),
+        by_tile(size_t((slots + tile - 1) / tile) * tile * stride, nan);
     for (int i = 0; i < slots; ++i) {
         if (pos[i] < 0) continue;  // its rows stay NaN: never read
         for (int c = 0; c < n; ++c) {
             const uint16_t v = float_to_bf16((rng() & 1 ? 1.0f : -1.0f) * u(rng));
             by_slot[size_t(i) * stride + c] = v;
             by_pos[size_t(pos[i]) * stride + c] = v;
+            by_tile[tiled(pos[i], c)] = v;
         }
     }
     std::vector<double> want(size_t(tokens) * n, 0.0);
@@ -199,11 +207,11 @@ TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot po
         for (int j = 0; j < topk; ++j)
             if (pos[t * topk + j] >= 0)
                 for (int c = 0; c < n; ++c) want[size_t(t) * n + c] += bf16_to_float(by_slot[size_t(t * topk + j) * stride + c]);
-    for (int slot_rows : {0, 1}) {
-        CAPTURE(slot_rows);
+    for (int row_tile : {0, tile}) {
+        CAPTURE(row_tile);
         std::vector<uint16_t> out(size_t(tokens) * n, nan);
         MoeW4A16CombineParams p{};
-        p.rows = addr(slot_rows ? by_slot.data() : by_pos.data());
+        p.rows = addr(row_tile ? by_tile.data() : by_pos.data());
         p.rows_stride = stride;
         p.slot_pos = addr(pos.data());
         p.num_tokens = tokens;
@@ -211,7 +219,7 @@ TEST_CASE("moe_w4a16 host combine sums each token's local rows, at their slot po
         p.n = n;
         p.out = addr(out.data());
         p.out_stride = n;
-        p.slot_rows = slot_rows;
+        p.row_tile = row_tile;
         launch_moe_w4a16_combine(k, p, s);
         s.synchronize();
         long bad = 0;
