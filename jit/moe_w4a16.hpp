@@ -22,7 +22,7 @@
 // (docs/perf-notes.md §9, §11-13): routing into m-blocks of 64, 128 or 192 rows (prefill_block_m, by
 // default from the expected rows per expert), the prefill GEMMs (one CTA per m-block and 128-row
 // super-block, or per several super-blocks for short K; warpgroup MMAs on sm_90a, warp-specialised
-// kernels for the large m-blocks, whose down writes its rows in slot order), down rows + combine.
+// kernels for the large m-blocks, whose down writes its rows as tiles of 64 columns), down rows + combine.
 #pragma once
 
 #include <cstdint>
