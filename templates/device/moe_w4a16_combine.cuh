@@ -4,8 +4,8 @@
 // down wrote its rows in tiles of row_tile positions x 64 columns instead (the warp-specialised prefill
 // down of block_m 128 / 192 sends each tile with one bulk copy), 16-byte chunks swizzled within a row;
 // rows_tiled_offset below is the layout. Sums in fp32 in slot order (deterministic), one bf16 rounding;
-// a token with no local slot gets a zero row. Work items are (token, 1024 columns), grid-stride, 8 columns per thread, up to eight
-// slots' loads in flight.
+// a token with no local slot gets a zero row. Work items are (token, 1024 columns), grid-stride, 8
+// columns per thread, up to eight slots' loads in flight.
 #pragma once
 
 #include <cuda_bf16.h>
