@@ -241,7 +241,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         pre_bm_ = prefill_block_m(slots);
         // The call's own capacity (the grids are sized by it; slots <= the workspace's).
         call_cap_ = mblock_capacity(slots, experts_, pre_bm_);
-        launch_routing_kernel(*pre_[pre_bm_ / 64 - 1].routing, topk_ids, topk_weights, call_cap_, stream);
+        launch_routing_kernel(*pre().routing, topk_ids, topk_weights, call_cap_, stream);
         return;
     }
     use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min;
@@ -306,7 +306,7 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
 
 void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, CUstream stream) {
     const MoeW4A16DecodeParams p = gate_up_params(gate_up, x);
-    if (use_prefill_) launch_moe_w4a16_prefill(*pre_[pre_bm_ / 64 - 1].gate_up, p, call_cap_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*pre().gate_up, p, call_cap_, stream);
     else if (use_fused_) launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(), sm_count_, stream);
     else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
@@ -342,7 +342,7 @@ MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& o
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
-    if (use_prefill_) launch_moe_w4a16_prefill(*pre_[pre_bm_ / 64 - 1].down, down_params(down, out), call_cap_, stream);
+    if (use_prefill_) launch_moe_w4a16_prefill(*pre().down, down_params(down, out), call_cap_, stream);
     else if (!use_fused_)  // fused: down ran in launch_gate_up
         launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, down_params(down, out),
                               sm_count_, stream);
@@ -357,7 +357,7 @@ void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream str
         c.out = reinterpret_cast<CUdeviceptr>(out.data);
         c.out_stride = hidden_;
         // the warp-specialised down writes its rows in tiles of its m-blocks
-        c.row_tile = use_prefill_ && MoeW4A16Family::prefill_ws(pre_[pre_bm_ / 64 - 1].down->desc) ? pre_bm_ : 0;
+        c.row_tile = use_prefill_ && MoeW4A16Family::prefill_ws(pre().down->desc) ? pre_bm_ : 0;
         launch_moe_w4a16_combine(*k_combine_, c, sm_count_, stream);
     }
 }

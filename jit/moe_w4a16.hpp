@@ -124,12 +124,12 @@ public:
 
     int tiles() const { return tiles_; }
     const LoadedKernel& gate_up_kernel() const {
-        return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].gate_up : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
+        return use_prefill_ ? *pre().gate_up : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
     }
     const LoadedKernel& down_kernel() const {
-        return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].down : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
+        return use_prefill_ ? *pre().down : use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_;
     }
-    const LoadedKernel& routing_kernel() const { return use_prefill_ ? *pre_[pre_bm_ / 64 - 1].routing : *k_routing_; }
+    const LoadedKernel& routing_kernel() const { return use_prefill_ ? *pre().routing : *k_routing_; }
     int prefill_block_m_in_flight() const { return pre_bm_; }
 
 private:
@@ -170,7 +170,8 @@ private:
         const LoadedKernel* gate_up = nullptr;
         const LoadedKernel* down = nullptr;
     };
-    PrefillKernels pre_[3];
+    PrefillKernels pre_[3];  // by block_m / 64 - 1
+    const PrefillKernels& pre() const { return pre_[pre_bm_ / 64 - 1]; }  // the call in flight's
     bool has_prefill_ = false;  // some call can run the prefill configuration
     int pre_bm_ = 64;  // block_m of the call in flight (prefill)
     // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
