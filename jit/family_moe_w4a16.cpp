@@ -628,7 +628,7 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
 }
 
 void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
-                            CUdeviceptr gu_done, int sm_count, CUstream stream) {
+                            CUdeviceptr gu_done, CUdeviceptr trace, int sm_count, CUstream stream) {
     if (k.desc.family.view() != MoeW4A16Family::k_name || MoeW4A16Family::kind(k.desc) != MoeW4A16Kernel::gate_up ||
         !(k.desc.config.flags & MoeW4A16Family::k_flag_fused))
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: kernel is {}", to_string(k.desc)));
@@ -639,7 +639,7 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& g
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: down weights [{}, {}] do not chain with gate_up [{}, {}]",
                                           down.n_pad, down.k_pad, gate_up.n_pad, gate_up.k_real));
     if (!gu_done || !gate_up.work) throw InvalidArgument("launch_moe_w4a16_fused: no gu_done or claim counters");
-    MoeW4A16FusedParams copy{gate_up, down, gu_done};
+    MoeW4A16FusedParams copy{gate_up, down, gu_done, trace};
     launch_persistent(k, &copy, sm_count, stream);
 }
 

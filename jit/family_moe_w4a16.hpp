@@ -211,9 +211,11 @@ static_assert(offsetof(MoeW4A16DecodeParams, counters) == 136);
 struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
     MoeW4A16DecodeParams gate_up, down;
     CUdeviceptr gu_done;
+    CUdeviceptr trace;  // optional: u64 [items + grid] globaltimer stamps (measurement)
 };
-static_assert(sizeof(MoeW4A16FusedParams) == 392);
+static_assert(sizeof(MoeW4A16FusedParams) == 400);
 static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 384);
+static_assert(offsetof(MoeW4A16FusedParams, trace) == 392);
 
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
@@ -248,10 +250,10 @@ static_assert(sizeof(MoeW4A16DequantParams) == 24);
 // decode GEMMs; the prefill GEMMs take one CTA per (m-block, super-block) for `mblock_cap` m-blocks (the
 // capacity the routing launch was given; CTAs past the device-side m-block count exit at once).
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
-// The fused decode kernel: gate_up's parameters, down's (rows mode) and gu_done (int32 per m-block of
-// the workspace, zero between calls).
+// The fused decode kernel: gate_up's parameters, down's (rows mode), gu_done (int32 per m-block of the
+// workspace, zero between calls) and an optional trace buffer (0: none; MoeW4A16::set_fused_trace).
 void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
-                            CUdeviceptr gu_done, int sm_count, CUstream stream);
+                            CUdeviceptr gu_done, CUdeviceptr trace, int sm_count, CUstream stream);
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream);
 // The routing launch's CTAs: one up to 4095 routed slots, then one per 2048 (at most 32); each counts
 // every slot and scatters its share (templates/device/moe_w4a16_routing.cuh).

@@ -307,7 +307,9 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
 void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, CUstream stream) {
     const MoeW4A16DecodeParams p = gate_up_params(gate_up, x);
     if (use_prefill_) launch_moe_w4a16_prefill(*pre().gate_up, p, call_cap_, stream);
-    else if (use_fused_) launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(), sm_count_, stream);
+    else if (use_fused_)
+        launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(),
+                               fused_trace_, sm_count_, stream);
     else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
 }
 

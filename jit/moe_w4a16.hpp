@@ -123,6 +123,10 @@ public:
     static int choose_tiles(int64_t tokens, int topk, int experts);
 
     int tiles() const { return tiles_; }
+    // Measurement: the fused decode kernel stamps each work item's completion (globaltimer, ns) into
+    // trace[item] (gate_up items m-block major, then down items) and each CTA's start into
+    // trace[items + cta] (u64). 0 turns it off.
+    void set_fused_trace(CUdeviceptr trace) { fused_trace_ = trace; }
     const LoadedKernel& gate_up_kernel() const {
         return use_prefill_ ? *pre().gate_up : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
     }
@@ -174,6 +178,7 @@ private:
     const PrefillKernels& pre() const { return pre_[pre_bm_ / 64 - 1]; }  // the call in flight's
     bool has_prefill_ = false;  // some call can run the prefill configuration
     int pre_bm_ = 64;  // block_m of the call in flight (prefill)
+    CUdeviceptr fused_trace_ = 0;
     // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
     int prefill_block_m(int64_t slots) const;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;

@@ -204,11 +204,54 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+// One fused decode call with the completion stamps on (MoeW4A16::set_fused_trace), written as JSON:
+// per item its kind (0 gate_up, 1 down) and completion time, per CTA its start, in µs from the earliest
+// start; plus the bytes of each kind of item. `call(c)` runs forward() on weight copy c.
+void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::PreparedMoeWeights& gu,
+                       const moe::PreparedMoeWeights& dn, const std::vector<int>& counts, int sm_count,
+                       const std::function<void(int)>& call, runtime::Stream& stream, int copies) {
+    const int bm = 8 * layer.tiles();
+    int nmb = 0;
+    for (int c : counts) nmb += (c + bm - 1) / bm;
+    const int nsb = gu.n_pad / 128, nsb2 = dn.n_pad / 128;
+    const int n_gu = nmb * nsb, n_dn = nmb * nsb2;
+    const int claims = n_gu + n_dn;
+    runtime::DeviceBuffer buf(static_cast<size_t>(claims + sm_count) * 8);
+    runtime::fill_u32(buf.ptr(), 0, buf.size() / 4);
+    layer.set_fused_trace(buf.ptr());
+    for (int i = 0; i < copies; ++i) call(i);  // the last call's stamps remain
+    stream.synchronize();
+    layer.set_fused_trace(0);
+    const std::vector<uint64_t> t = runtime::to_host<uint64_t>(buf);
+    uint64_t t0 = ~uint64_t(0);
+    for (int i = claims; i < claims + sm_count; ++i) t0 = std::min(t0, t[i]);
+    auto rel = [&](uint64_t v) { return v ? (static_cast<double>(v) - static_cast<double>(t0)) * 1e-3 : -1.0; };
+    nlohmann::json j;
+    j["gate_up_item_bytes"] = static_cast<double>(gu.expert_stride) / nsb;
+    j["down_item_bytes"] = static_cast<double>(dn.expert_stride) / nsb2;
+    j["n_gate_up"] = n_gu;
+    j["n_down"] = n_dn;
+    std::vector<int> kind(claims);
+    std::vector<double> done(claims), start(sm_count);
+    for (int i = 0; i < claims; ++i) {
+        kind[i] = i < n_gu ? 0 : 1;
+        done[i] = rel(t[i]);
+    }
+    for (int i = 0; i < sm_count; ++i) start[i] = rel(t[claims + i]);
+    j["kind"] = kind;
+    j["done_us"] = done;
+    j["start_us"] = start;
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << j.dump() << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+}
+
 struct BenchOptions {
     std::string scenario;
     int iters = 60;
     std::string json_path;
     std::string routing_dir;
+    std::string trace_dir;
     MoeW4A16Options layer;  // schedule, K chunk, claim order, combine path (the rest is per scenario)
 };
 
@@ -318,6 +361,10 @@ void run_bench(const BenchOptions& o) {
             }
         }
         const double us_fwd = median(tf);
+        if (!o.trace_dir.empty() && layer.uses_fused()) write_fused_trace(o.trace_dir + "/" + sc.name + ".trace.json", layer, gu, dn, counts,
+                                                                  props.sm_count, [&](int c) {
+            layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
+        }, stream, copies);
         const double abytes = static_cast<double>(r.tokens) * sc.hidden * 2 * 2 + static_cast<double>(rows) * sc.inter * 2 * 2;
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;
@@ -385,6 +432,10 @@ void add_moe_bench(CLI::App& bench) {
                     "write each scenario's routing (NAME.ids, NAME.weights, NAME.json) here for "
                     "scripts/bench-humming.py")
         ->envname("KILN_BENCH_MOE_ROUTING_DIR");
+    cmd->add_option("--trace-dir", opts->trace_dir,
+                    "write NAME.trace.json here for each fused decode scenario: one call's per-item completion "
+                    "times (globaltimer)")
+        ->envname("KILN_BENCH_MOE_TRACE_DIR");
     auto schedules = std::make_shared<std::array<std::string, 2>>(std::array<std::string, 2>{"auto", "auto"});
     cmd->add_option("--gate-up-schedule", (*schedules)[0],
                     "gate_up work distribution: auto (measured best per problem), static (equal shares per SM) or "

@@ -133,6 +133,12 @@ __device__ __forceinline__ void bulk_wait() {
 // Programmatic dependent launch (sm_90): wait until the previous kernel in the stream has completed and
 // its writes are visible (a no-op when the kernel was not launched as a dependent).
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Nanoseconds of the device's global timer (measurement traces).
+__device__ __forceinline__ u64 globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
 
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");

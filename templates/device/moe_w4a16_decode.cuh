@@ -46,7 +46,8 @@
 // of the routing kernel (or of gate_up), so their launch overlaps the previous kernel.
 //
 // Stage header (32 bytes): mb, valid rows (-1: sentinel), super-block, K chunk, active row-block mask,
-// stages in this item, item kind (0 gate_up-like, 1 down in the fused mode), 0.
+// stages in this item, item kind (0 gate_up-like, 1 down in the fused mode), the item's claim id (fused:
+// gate_up items m-block major, then down items).
 #pragma once
 
 #include "device/moe_w4a16_common.cuh"
@@ -160,10 +161,13 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
 // item of its m-block have stored their part of the intermediate (gu_done[mb], release / acquire), so
 // the down items fill the gate_up tail and no second launch ramps up. All CTAs are resident (one per
 // SM) and gate_up items never wait, so the wait always ends.
+// trace (optional, measurement): the globaltimer when each item's first consumer warp finishes it, by
+// claim id (gate_up items, then down items), then the time each CTA passes griddepcontrol.wait.
 struct FusedDecodeParams {
     DecodeParams gate_up;  // kMode 0 fields; its work[] is the one claim counter pair
     DecodeParams down;     // kMode 2 fields (rows); x is gate_up's intermediate
     i32* gu_done;          // [m-block capacity] gate_up item parts finished per m-block, zero between calls
+    u64* trace;            // null, or [gate_up + down items + gridDim.x]
 };
 
 // kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1).
@@ -171,7 +175,8 @@ struct FusedDecodeParams {
 // bytes and skips dequantisation and MMAs.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
           int kSched, bool kSkipMath>
-__device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2, i32* gu_done) {
+__device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2, i32* gu_done,
+                                            u64* trace = nullptr) {
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
@@ -201,6 +206,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     const int nmb = *p.num_mblocks;
     // fused: the down items' shape (p2); elsewhere unused
     const int nq2 = kFused ? p2.k_pad >> 6 : nq, nsb2 = kFused ? p2.n_pad >> 7 : 0;
+    if (kFused && trace && threadIdx.x == 0) trace[nmb * ((p.n_pad >> 7) + nsb2) + blockIdx.x] = globaltimer();
     if (nmb == 0) {
         if constexpr (kMode == 1) {
             const int total = p.num_tokens * p.n_real;
@@ -294,7 +300,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                              "r"(sb), "r"(kc)
                              : "memory");
                 asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta + 16), "r"(mask),
-                             "r"(nst), "r"(gu ? 0 : 1), "r"(0)
+                             "r"(nst), "r"(gu ? 0 : 1), "r"(gu ? mb * nsb + sb : nmb * nsb + mb * nsb2 + sb)
                              : "memory");
                 const u8* rec = pp.weights + static_cast<u64>(expert) * pp.expert_stride +
                                 static_cast<u64>(sb * (pp.k_pad >> 6) + q0) * kRec;
@@ -439,7 +445,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     // registers allow; they are summed at the end of an item.
     constexpr bool kDual = kTiles <= 2;
     float acc[2][kTiles][4], acc2[2][kTiles][4];
-    int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1;
+    int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1, c_claim = 0;
     bool c_gu = kMode == 0;  // the item is a gate_up item (fused: from the stage header)
     int e_tok[kTiles][2];
     float e_wt[kTiles][2];
@@ -489,7 +495,10 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
             c_valid = static_cast<int>(meta.y);
             if (c_valid < 0) break;
             const uint4 meta2 = lds128(st + SM::kOffMeta + 16);
-            if constexpr (kFused) c_gu = meta2.z == 0;
+            if constexpr (kFused) {
+                c_gu = meta2.z == 0;
+                c_claim = static_cast<int>(meta2.w);
+            }
             c_mb = static_cast<int>(meta.x);
             c_sb = static_cast<int>(meta.z);
             c_act = (meta2.x >> (2 * wig)) & 3u;
@@ -561,6 +570,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         }
         if (++c_q < c_nst) continue;
         c_q = 0;
+        if (kFused && trace && wig == 0 && lane == 0) trace[c_claim] = globaltimer();
         if (!c_act) continue;
         if constexpr (kDual) {
 #pragma unroll
@@ -665,7 +675,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
 
 template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode_fused(const FusedDecodeParams p) {
-    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, p.gu_done);
+    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, p.gu_done,
+                                                                                        p.trace);
 }
 
 }  // namespace moe
