@@ -195,10 +195,8 @@ struct MoeW4A16DecodeParams {   // kiln_dev::moe::DecodeParams
     CUdeviceptr split_acc;  // fp32 gate_up K-split partials, zero between calls
     CUdeviceptr split_cnt;  // int32 [split_cap x 4], zero between calls
     int32_t split_cap, k_chunk, split_max_items, order_window;
-    int32_t topk;           // read by the warp-specialised prefill GEMMs (sorted_token holds slots there)
 };
-static_assert(sizeof(MoeW4A16DecodeParams) == 192);
-static_assert(offsetof(MoeW4A16DecodeParams, topk) == 184);
+static_assert(sizeof(MoeW4A16DecodeParams) == 184);
 static_assert(offsetof(MoeW4A16DecodeParams, work) == 144);
 static_assert(offsetof(MoeW4A16DecodeParams, split_cap) == 168);
 static_assert(offsetof(MoeW4A16DecodeParams, order_window) == 180);
@@ -213,9 +211,9 @@ struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
     CUdeviceptr gu_done;
     CUdeviceptr trace;  // optional: u64 [items + grid] globaltimer stamps (measurement)
 };
-static_assert(sizeof(MoeW4A16FusedParams) == 400);
-static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 384);
-static_assert(offsetof(MoeW4A16FusedParams, trace) == 392);
+static_assert(sizeof(MoeW4A16FusedParams) == 384);
+static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 368);
+static_assert(offsetof(MoeW4A16FusedParams, trace) == 376);
 
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;

@@ -300,7 +300,6 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
-    p.topk = opt_.topk;
     return p;
 }
 
@@ -339,7 +338,6 @@ MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& o
     p.k_chunk = split.k_chunk;
     p.split_max_items = split.split_max_items;
     p.order_window = opt_.order_window;
-    p.topk = opt_.topk;
     return p;
 }
 

@@ -26,6 +26,7 @@ struct CombineParams {
     i32 out_stride;
     i32 row_tile;               // 0: row pos at pos x rows_stride; > 0: tiled (see above)
 };
+static_assert(sizeof(CombineParams) == 56, "CombineParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 // Tiled rows (row_tile T, a multiple of 8; n_pad = rows_stride, a multiple of 64): element (pos, c) of the
 // rows lies in tile (pos / T, c / 64), T rows of 64 columns, with chunk c / 8 % 8 of row r = pos % T at

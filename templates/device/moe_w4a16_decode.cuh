@@ -87,8 +87,8 @@ struct DecodeParams {
     i32 split_max_items;    // split K only while num_mblocks x n_pad / 128 <= this (< this: automatic)
     i32 order_window;       // claim order: windows of this many m-blocks, (super-block, chunk) major
                             // inside a window (1: m-block major, each matrix streamed in order)
-    i32 topk;               // the warp-specialised prefill GEMMs: sorted_token holds slots (token x topk + j)
 };
+static_assert(sizeof(DecodeParams) == 184, "DecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
 constexpr int kDecodeBlocks = 8;     // row-blocks per super-block (decode_mma16)
@@ -169,6 +169,7 @@ struct FusedDecodeParams {
     i32* gu_done;          // [m-block capacity] gate_up item parts finished per m-block, zero between calls
     u64* trace;            // null, or [gate_up + down items + gridDim.x]
 };
+static_assert(sizeof(FusedDecodeParams) == 384, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 // kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1).
 // kSched: 0 static shares, 1 dynamic claiming. kSkipMath: measurement variant that streams the same

@@ -32,8 +32,7 @@
 // threads (16 bytes, 128 contiguous per row, rows at their slots) held the warpgroups ~35% of their
 // time; one bulk copy per 128-byte row was slower still (the copy engine's rate for small copies).
 //
-// Parameters: as moe_w4a16_prefill_wgmma, but sorted_token holds slots (token x topk + j: the routing of
-// block_m 128 / 192) and p.topk is read; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1.
+// Parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1.
 // down reads those rows of the intermediate and writes them as tiles (mb, 64-column group) of out.
 #pragma once
 
@@ -134,8 +133,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             const int row = r8 + 8 * (2 * j + h);
             xo[j] = ~0u;
             if (row < valid) {
-                // (the routing of block_m 128 / 192 stores slots: token x topk + j)
-                const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) / p.topk : mb * kBM + row;
+                const int sr = kMode == 0 ? __ldg(p.sorted_token + mb * kBM + row) : mb * kBM + row;
                 xo[j] = static_cast<u32>(sr) * static_cast<u32>(p.x_stride) + c * 8;
             }
         }

@@ -9,8 +9,7 @@
 // Outputs: expert_count [E]            rows routed to each expert
 //          num_mblocks [1]             m-blocks in use (sum over experts of ceil(count / kBlockM))
 //          mblock_info [cap] int2      (expert, valid rows in the block)
-//          sorted_token [cap*kBlockM]  token of each row, -1 for padding (kBlockM 128 / 192, read only by
-//                                      the warp-specialised prefill GEMMs: the slot, token x topk + j)
+//          sorted_token [cap*kBlockM]  token of each row, -1 for padding
 //          sorted_weight [cap*kBlockM] router weight of each row, 0 for padding
 //          slot_pos [M, topk]          (optional) sorted row of each slot, -1 when it has none (expert of
 //                                      another rank, or beyond the capacity); read by the combine kernel
@@ -37,6 +36,7 @@ struct RoutingParams {
     i32 mblock_cap;  // capacity of mblock_info; blocks beyond it are dropped (the host sizes it so none are)
     i32* slot_pos;   // optional (null: not written)
 };
+static_assert(sizeof(RoutingParams) == 80, "RoutingParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 template <int kBlockM>
 __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams p) {
@@ -62,10 +62,13 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
 
     for (int e = tid; e < E; e += nthr) cnt[e] = cur[e] = 0;
     int ids[kCached];
+    float wts[kCached];  // one CTA (decode sizes): the router weights of the same slots, loaded with the ids so
+                         // that the scatter does not wait for a second global round trip
 #pragma unroll
     for (int j = 0; j < kCached; ++j) {
         const int s = tid + j * nthr;
         ids[j] = s < slots ? __ldg(p.topk_ids + s) : -1;
+        wts[j] = gridDim.x == 1 && s < slots ? __ldg(p.topk_weights + s) : 0.0f;
     }
     __syncthreads();
     auto count = [&](int s, int e) {
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
             const int pos = atomicAdd(&cur[e], 1);  // after the earlier CTAs' rows; in some order inside the CTA
             const int r = off[e] * kBlockM + pos;
             if (r < rows) {
-                p.sorted_token[r] = kBlockM >= 128 ? s : s / p.topk;
+                p.sorted_token[r] = s / p.topk;
                 p.sorted_weight[r] = w;
                 where = r;
             }
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
 #pragma unroll
         for (int j = 0; j < kCached; ++j) {
             const int s = tid + j * nthr;
-            if (s < slots) place(s, ids[j], __ldg(p.topk_weights + s));
+            if (s < slots) place(s, ids[j], wts[j]);
         }
     }
     for (int s0 = s_begin + tid + (gridDim.x == 1 ? kCached * nthr : 0); s0 < s_end; s0 += kBatch * nthr) {

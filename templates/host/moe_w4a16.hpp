@@ -76,9 +76,8 @@ struct DecodeParams {
     i32 k_chunk;
     i32 split_max_items;
     i32 order_window;
-    i32 topk;  // device prefill block_m 128 / 192 only
 };
-static_assert(sizeof(DecodeParams) == 192, "DecodeParams layout is shared with kiln");
+static_assert(sizeof(DecodeParams) == 184, "DecodeParams layout is shared with kiln");
 static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
 static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");
