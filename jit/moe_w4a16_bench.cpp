@@ -347,11 +347,12 @@ void run_bench(const BenchOptions& o) {
         }
         const double us = median(tt);
         // forward() back to back (no events between its launches, so programmatic dependent launch can
-        // overlap them): batches of `copies` calls over the rotating weight sets, per-call median.
+        // overlap them): batches of `copies` calls over the rotating weight sets, per-call median over as
+        // many batches as timed iterations (fewer batches left this column 10% noisy on large calls).
         std::vector<double> tf;
         {
             runtime::Event f0(true), f1(true);
-            for (int b = 0; b < std::max(3, o.iters / copies); ++b) {
+            for (int b = 0; b < std::max(3, o.iters); ++b) {
                 f0.record(stream);
                 for (int c = 0; c < copies; ++c)
                     layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
