@@ -362,10 +362,13 @@ void run_bench(const BenchOptions& o) {
             }
         }
         const double us_fwd = median(tf);
-        if (!o.trace_dir.empty() && layer.uses_fused()) write_fused_trace(o.trace_dir + "/" + sc.name + ".trace.json", layer, gu, dn, counts,
-                                                                  props.sm_count, [&](int c) {
-            layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
-        }, stream, copies);
+        if (!o.trace_dir.empty() && layer.uses_fused()) {
+            const auto call = [&](int c) {
+                layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
+            };
+            write_fused_trace(o.trace_dir + "/" + sc.name + ".trace.json", layer, gu, dn, counts, props.sm_count, call,
+                              stream, copies);
+        }
         const double abytes = static_cast<double>(r.tokens) * sc.hidden * 2 * 2 + static_cast<double>(rows) * sc.inter * 2 * 2;
         const double bytes = touched + abytes;
         const double floor_us = bytes / k_hbm_floor * 1e6;

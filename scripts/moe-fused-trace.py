@@ -4,15 +4,16 @@
 usage: scripts/moe-fused-trace.py DIR/NAME.trace.json...
 
 Prints, per file, when the waves of gate_up items completed (first / median / last of each group of
-4 x SMs items), the down items' completion spread, and the rates these imply.
+4 x CTAs items: one per warp group), the down items' completion spread, and the rates these imply.
 """
 import json
 import sys
 
 
-def summarise(path, groups=4 * 132):
+def summarise(path):
     j = json.load(open(path))
     kind, done, start = j["kind"], j["done_us"], j["start_us"]
+    groups = 4 * len(start)  # four warp groups per CTA, one CTA per SM
     gb, db = j["gate_up_item_bytes"], j["down_item_bytes"]
     gu = sorted(t for t, k in zip(done, kind) if k == 0)
     dn = sorted(t for t, k in zip(done, kind) if k == 1)
