@@ -20,7 +20,7 @@
 //   = 128 x the super-blocks a CTA walks (prefill_superblocks_per_cta: several for short K). Flag bit 11
 //   (requested; kept where a CTA walks one super-block and N has two): the wide CTA, two super-blocks
 //   side by side (512 threads, one CTA per SM, block_n 256), the token tile read once per 256 rows.
-//   block_m 128 or 192 (wgmma only; routing with the same block_m, which stores slots in sorted_token):
+//   block_m 128 or 192 (wgmma only; routing with the same block_m):
 //   both prefill GEMMs are the warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per
 //   CTA with wgmma N up to 192, a producer warpgroup feeding a ring of one-record slots through full /
 //   empty mbarriers, 384 threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile
