@@ -206,10 +206,10 @@ double median(std::vector<double> v) {
 
 // One fused decode call with the completion stamps on (MoeW4A16::set_fused_trace), written as JSON:
 // per item its kind (0 gate_up, 1 down) and completion time, per CTA its start, in µs from the earliest
-// start; plus the bytes of each kind of item. `call(c)` runs forward() on weight copy c.
+// start; plus the bytes of each kind of item. `call()` runs one forward().
 void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::PreparedMoeWeights& gu,
                        const moe::PreparedMoeWeights& dn, const std::vector<int>& counts, int sm_count,
-                       const std::function<void(int)>& call, runtime::Stream& stream, int copies) {
+                       const std::function<void()>& call, runtime::Stream& stream) {
     const int bm = 8 * layer.tiles();
     int nmb = 0;
     for (int c : counts) nmb += (c + bm - 1) / bm;
@@ -219,7 +219,7 @@ void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::Prep
     runtime::DeviceBuffer buf(static_cast<size_t>(claims + sm_count) * 8);
     runtime::fill_u32(buf.ptr(), 0, buf.size() / 4);
     layer.set_fused_trace(buf.ptr());
-    for (int i = 0; i < copies; ++i) call(i);  // the last call's stamps remain
+    call();
     stream.synchronize();
     layer.set_fused_trace(0);
     const std::vector<uint64_t> t = runtime::to_host<uint64_t>(buf);
@@ -363,11 +363,9 @@ void run_bench(const BenchOptions& o) {
         }
         const double us_fwd = median(tf);
         if (!o.trace_dir.empty() && layer.uses_fused()) {
-            const auto call = [&](int c) {
-                layer.forward(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vids, vw, vout, stream.handle());
-            };
+            const auto call = [&]() { layer.forward(wgu.ptr(), wdn.ptr(), vx, vids, vw, vout, stream.handle()); };
             write_fused_trace(o.trace_dir + "/" + sc.name + ".trace.json", layer, gu, dn, counts, props.sm_count, call,
-                              stream, copies);
+                              stream);
         }
         const double abytes = static_cast<double>(r.tokens) * sc.hidden * 2 * 2 + static_cast<double>(rows) * sc.inter * 2 * 2;
         const double bytes = touched + abytes;
