@@ -153,6 +153,16 @@ uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
 
 namespace {
 
+// 64-wide records per decode pipeline stage: from block_k (64, 128 or 256, dividing K_pad), or by
+// default 2 where K_pad % 128 == 0, else 1.
+int decode_records(int k_pad, int block_k) {
+    if (block_k == 0) return k_pad % 128 == 0 ? 2 : 1;
+    if ((block_k != 64 && block_k != 128 && block_k != 256) || k_pad % block_k != 0)
+        throw InvalidArgument(fmt::format("moe_w4a16: decode block_k {} (64, 128 or 256, dividing K padded to 64: {})",
+                                          block_k, k_pad));
+    return block_k / 64;
+}
+
 // The deepest ring, from `most` slots down to `least`, whose shared memory `smem(slots)` fits in `limit`.
 template <typename Smem>
 int deepest_ring(int most, int least, uint32_t limit, Smem smem) {
@@ -348,7 +358,13 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
 
     const int tiles = tiles_of(in.config.block_m ? in.config.block_m : 8);
     const int k_pad = round_up(in.k, 64);
-    const int recs = k_pad % 128 == 0 ? 2 : 1;
+    int recs = decode_records(k_pad, in.config.block_k);
+    // The fused kernel takes four records per stage where K, down's K and a two-stage ring allow
+    // (measured on H200, perf notes §16: -3 to -5% where its consumers are busiest, neutral elsewhere).
+    if ((in.config.flags & k_flag_fused) && in.config.block_k == 0 && k_pad % 256 == 0 && (in.n / 2) % 256 == 0 &&
+        moe_w4a16_gemm_smem(in.weight_format, tiles, in.config.stages ? in.config.stages : 2, 4) <=
+            static_cast<uint32_t>(k_smem_limit))
+        recs = 4;
     if (which == MoeW4A16Kernel::gate_up) {
         d.config.flags |= in.config.flags & k_flag_situ;
         if (in.k % 64 != 0) d.config.flags |= k_flag_mask_k;
@@ -359,7 +375,7 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     if (in.config.flags & k_flag_fused) {
         if (which != MoeW4A16Kernel::gate_up || !dynamic)
             throw InvalidArgument("moe_w4a16: the fused decode kernel is a dynamic-schedule gate_up descriptor");
-        if (!fusable(in.n, in.k))
+        if (!fusable(in.n, in.k, 64 * recs))
             throw InvalidArgument(fmt::format("moe_w4a16: no fused decode kernel for n={} k={}: down's K ({}) is not a "
                                               "multiple of gate_up's {}-input stages",
                                               in.n, in.k, in.n / 2, 64 * recs));
@@ -544,15 +560,18 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
     return MoeW4A16Family().canonicalize(d);
 }
 
-bool MoeW4A16Family::fusable(int n, int k) {
-    const int recs = round_up(k, 64) % 128 == 0 ? 2 : 1;
-    return n > 0 && (n / 2) % (64 * recs) == 0;
+bool MoeW4A16Family::fusable(int n, int k, int block_k) {
+    const int bk = block_k ? block_k : (round_up(k, 64) % 128 == 0 ? 128 : 64);
+    return n > 0 && (n / 2) % bk == 0 && round_up(k, 64) % bk == 0;
 }
 
 KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles,
-                                       Target target) {
+                                       Target target, int stages, int block_k) {
     KernelDescriptor d = gemm(MoeW4A16Kernel::gate_up, gate_up, act, tiles, target, MoeW4A16Schedule::dynamic);
     d.config.flags |= k_flag_fused;
+    if (stages < 0 || stages > 255) throw InvalidArgument(fmt::format("moe_w4a16: {} decode stages", stages));
+    d.config.stages = static_cast<uint8_t>(stages);
+    d.config.block_k = static_cast<uint16_t>(block_k);
     return MoeW4A16Family().canonicalize(d);
 }
 

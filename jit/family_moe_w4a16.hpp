@@ -126,10 +126,15 @@ public:
                                  Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
                                  bool rows = false);
     // Whether gate_up weights of layout rows n (2 x intermediate) and inputs k have a fused decode
-    // kernel: down's K (n / 2) must be a whole number of gate_up's pipeline stages.
-    static bool fusable(int n, int k);
+    // kernel: down's K (n / 2) and k must be whole numbers of its pipeline stages (block_k inputs; 0:
+    // the default, 128 where K allows, else 64; the kernel then takes 256 where both allow).
+    static bool fusable(int n, int k, int block_k = 0);
     // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
-    static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target);
+    // stages / block_k: the ring depth and inputs per stage (64, 128 or 256); 0 = the defaults (256
+    // where K, down's K and a two-stage ring allow, else 128 where K allows, else 64; the deepest ring
+    // that fits).
+    static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target,
+                                  int stages = 0, int block_k = 0);
     // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
     // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:
     // the warp-specialised kernel for large m-blocks.

@@ -120,7 +120,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     const bool fused_possible = opt.fuse && opt.fused_min >= 0 && max_slots >= opt.fused_min &&
                                 gu_pick != MoeW4A16SchedulePick::static_shares &&
                                 dn_pick != MoeW4A16SchedulePick::static_shares &&
-                                MoeW4A16Family::fusable(gate_up.n_pad, gate_up.k);
+                                MoeW4A16Family::fusable(gate_up.n_pad, gate_up.k, opt.decode_block_k);
     const bool rows_possible = prefill_possible || decode_rows_possible || fused_possible;  // rows + combine
     gu_dyn_max_slots_ = int4 ? k_gate_up_dynamic_max_slots_int4 : k_gate_up_dynamic_max_slots_mxfp4;
     const bool gu_dyn_possible = gu_pick == MoeW4A16SchedulePick::dynamic ||
@@ -144,7 +144,9 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     if (decode_rows_possible)
         k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
-    if (fused_possible) k_fused_ = &disp.get(MoeW4A16Family::fused(gate_up, opt.act, tiles_, target));
+    if (fused_possible)
+        k_fused_ = &disp.get(
+            MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k));
     const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
     const bool wgmma = opt.prefill_wgmma && MoeW4A16Family::has_wgmma(target);
     if (opt.prefill_block_m != 0 && opt.prefill_block_m != 64 && opt.prefill_block_m != 128 && opt.prefill_block_m != 192)

@@ -89,6 +89,10 @@ struct MoeW4A16Options {
     // the best unfused choice), loses at 16 (K3 batch 1: too few items for the warp groups).
     bool fuse = true;
     int64_t fused_min = 64;
+    // The fused decode kernel's ring: stages per warp group and inputs per stage (64, 128 or 256);
+    // 0 = the defaults (MoeW4A16Family::fused).
+    int decode_stages = 0;
+    int decode_block_k = 0;
 };
 
 class MoeW4A16 {

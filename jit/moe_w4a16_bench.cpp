@@ -487,6 +487,15 @@ void add_moe_bench(CLI::App& bench) {
                     "routed slots (tokens x top-k) from which decode calls run the fused kernel; -1 never")
         ->envname("KILN_BENCH_MOE_FUSED_MIN")
         ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+    cmd->add_option("--decode-stages", opts->layer.decode_stages,
+                    "fused decode kernel: pipeline stages per warp group (0: the deepest ring that fits)")
+        ->envname("KILN_BENCH_MOE_DECODE_STAGES")
+        ->check(CLI::Range(0, 16));
+    cmd->add_option("--decode-block-k", opts->layer.decode_block_k,
+                    "fused decode kernel: inputs per pipeline stage, 64, 128 or 256 (0: 256 where the shapes allow, "
+                    "else 128 or 64)")
+        ->envname("KILN_BENCH_MOE_DECODE_BLOCK_K")
+        ->check(CLI::IsMember({0, 64, 128, 256}));
     cmd->callback([opts, schedules]() {
         const auto pick = [](const std::string& s) {
             return s == "dynamic" ? MoeW4A16SchedulePick::dynamic

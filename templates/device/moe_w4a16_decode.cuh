@@ -171,7 +171,8 @@ struct FusedDecodeParams {
 };
 static_assert(sizeof(FusedDecodeParams) == 384, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
-// kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1).
+// kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1; 4 on
+// request).
 // kSched: 0 static shares, 1 dynamic claiming. kSkipMath: measurement variant that streams the same
 // bytes and skips dequantisation and MMAs.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
@@ -180,7 +181,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                                             u64* trace = nullptr) {
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
-    static_assert(kRecs == 1 || kRecs == 2, "one or two records per stage");
+    static_assert(kRecs == 1 || kRecs == 2 || kRecs == 4, "one, two or four records per stage");
     static_assert(kMode >= 0 && kMode <= 3, "gate_up, down combined, down rows, fused");
     static_assert(kSched == 0 || kSched == 1, "static or dynamic schedule");
     static_assert(kMode != 3 || kSched == 1, "the fused mode claims dynamically");

@@ -124,6 +124,8 @@ void run_case(const Case& c) {
         bool wgmma = true;      // prefill: the warpgroup-MMA GEMMs (sm_90a), else the mma.sync ones
         bool wide = false;      // wgmma prefill: two super-blocks side by side per CTA where K allows
         int block_m = 0;        // prefill rows per m-block (0: the layer's rule; 128 / 192 need wgmma)
+        int decode_stages = 0;  // the fused decode kernel's ring (0: the defaults)
+        int decode_block_k = 0;
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -133,6 +135,8 @@ void run_case(const Case& c) {
         {"dynamic, automatic chunks, unfused", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1, false},
         {"dynamic, one-stage items, window 3, unfused", P::dynamic, P::dynamic, 1, 1, 3, -1, -1, 1, false},
         {"dynamic, fused", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1},
+        {"dynamic, fused, 64 inputs x 3 stages", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 3, 64},
+        {"dynamic, fused, 128 inputs", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 0, 128},
         {"static, rows + combine", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1},
         {"dynamic, rows + combine, window 8 (fused)", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
         {"dynamic, rows + combine, unfused", P::dynamic, P::dynamic, -1, -1, 1, 0, -1, 1, false},
@@ -166,6 +170,8 @@ void run_case(const Case& c) {
         opt.prefill_wgmma = cfg.wgmma;
         opt.prefill_wide = cfg.wide;
         opt.prefill_block_m = cfg.block_m;
+        opt.decode_stages = cfg.decode_stages;
+        opt.decode_block_k = cfg.decode_block_k;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         for (int rep = 0; rep < 2; ++rep) {
@@ -178,10 +184,19 @@ void run_case(const Case& c) {
             if (!want_prefill) {
                 // fused from 64 routed slots unless asked not to, a schedule is static, or down's K is not a
                 // whole number of gate_up's stages
-                const bool fusable = wdn.k_pad % (wgu.k_pad % 128 == 0 ? 128 : 64) == 0;
+                const int bk = cfg.decode_block_k ? cfg.decode_block_k : wgu.k_pad % 128 == 0 ? 128 : 64;
+                const bool fusable = wdn.k_pad % bk == 0 && wgu.k_pad % bk == 0;
                 CHECK(layer.uses_fused() == (cfg.fuse && fusable && int64_t(c.tokens) * c.topk >= opt.fused_min &&
                                              cfg.gate_up != P::static_shares && cfg.down != P::static_shares));
-                if (layer.uses_fused()) CHECK(layer.uses_rows_path());
+                if (layer.uses_fused()) {
+                    CHECK(layer.uses_rows_path());
+                    // by default 256 inputs per stage where both K allow it and two stages of m-blocks of
+                    // up to 16 rows fit
+                    const bool wide = wdn.k_pad % 256 == 0 && wgu.k_pad % 256 == 0 && layer.tiles() <= 2;
+                    CHECK(layer.gate_up_kernel().desc.config.block_k == (cfg.decode_block_k ? cfg.decode_block_k
+                                                                         : wide               ? 256
+                                                                                              : bk));
+                }
             }
             if (want_prefill) {
                 CHECK(layer.uses_rows_path());
@@ -241,6 +256,9 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
     const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
     const Case cases[] = {
         {"int4 silu uniform", F::int4_g32_bf16, silu, 256, 128, 16, 4, 40, "uniform", 1},
+        {"int4 silu, K and down's K of 256-input stages", F::int4_g32_bf16, silu, 512, 256, 16, 4, 40, "uniform", 1},
+        {"mxfp4 situ tiles 2, K and down's K of 256-input stages", F::mxfp4_g32_e8m0, situ, 256, 512, 16, 8, 48,
+         "skewed", 2},
         {"mxfp4 situ uniform", F::mxfp4_g32_e8m0, situ, 256, 128, 16, 4, 40, "uniform", 1},
         {"int4 situ tiles 2", F::int4_g32_bf16, situ, 256, 128, 16, 4, 40, "uniform", 2},
         {"mxfp4 silu tiles 4", F::mxfp4_g32_e8m0, silu, 256, 128, 16, 4, 40, "uniform", 4},

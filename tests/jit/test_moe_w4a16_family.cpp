@@ -130,6 +130,20 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
                                      MoeW4A16Schedule::dynamic));
     CHECK(MoeW4A16Family().device_source(f).name_expr.find("moe_w4a16_decode_fused<kiln_dev::moe::kFormatInt4, false, 0, false, 1,") !=
           std::string::npos);
+    // four records per stage and a two-stage ring by default where K, down's K and shared memory allow
+    CHECK(f.config.block_k == 256);
+    CHECK(f.config.stages == 2);
+    CHECK(MoeW4A16Family().device_source(f).name_expr.find(", 1, 2, 4>") != std::string::npos);
+    KernelDescriptor f128 = MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 4, 128);
+    CHECK(f128.config.block_k == 128);
+    CHECK(f128.config.stages == 4);
+    CHECK(MoeW4A16Family().canonicalize(f128) == f128);
+    CHECK(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 4, k_h200).config.block_k == 128);  // 32 rows: no room
+    CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 0, 192), kiln::InvalidArgument);
+    CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 3, 256), kiln::InvalidArgument);
+    CHECK(MoeW4A16Family::fusable(4096, 7168, 256));
+    CHECK_FALSE(MoeW4A16Family::fusable(4096, 7168 - 128, 256));  // K 7040 is not whole 256-input stages
+    CHECK_FALSE(MoeW4A16Family::fusable(2 * 384, 7168, 256));      // nor is down's K 384
     KernelDescriptor fs = g;  // static schedule
     fs.config.flags |= MoeW4A16Family::k_flag_fused;
     CHECK_THROWS_AS(MoeW4A16Family().canonicalize(fs), kiln::InvalidArgument);
