@@ -1,5 +1,7 @@
 #include "runtime/library.hpp"
 
+#include "runtime/env.hpp"
+
 #include <utility>
 
 #include <fmt/format.h>
@@ -49,6 +51,11 @@ Kernel Library::kernel(const std::string& name) const {
     CUresult r = driver().cuLibraryGetKernel(&k, lib_, name.c_str());
     if (r != CUDA_SUCCESS) throw CudaError("cuLibraryGetKernel", r, "symbol " + name);
     return Kernel(k, name);
+}
+
+bool launch_overlap_enabled() {
+    static const bool on = env::get_bool("KILN_LAUNCH_OVERLAP", true);
+    return on;
 }
 
 void throw_launch_error(CUresult r, const Kernel& k, const LaunchDims& d) {

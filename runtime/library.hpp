@@ -67,6 +67,10 @@ private:
 
 [[noreturn]] void throw_launch_error(CUresult r, const Kernel& k, const LaunchDims& d);
 
+// Whether launches may overlap their predecessor (LaunchDims::overlap_prior); KILN_LAUNCH_OVERLAP=0
+// turns it off process-wide (read once), e.g. to measure what the overlap is worth.
+bool launch_overlap_enabled();
+
 inline void launch(const Kernel& k, const LaunchDims& d, CUstream stream, void** args) {
     CUlaunchConfig cfg{};
     cfg.gridDimX = d.grid[0];
@@ -78,7 +82,7 @@ inline void launch(const Kernel& k, const LaunchDims& d, CUstream stream, void**
     cfg.sharedMemBytes = d.smem;
     cfg.hStream = stream;
     CUlaunchAttribute attr{};
-    if (d.overlap_prior) {
+    if (d.overlap_prior && launch_overlap_enabled()) {
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = &attr;
