@@ -359,9 +359,10 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     const int tiles = tiles_of(in.config.block_m ? in.config.block_m : 8);
     const int k_pad = round_up(in.k, 64);
     int recs = decode_records(k_pad, in.config.block_k);
-    // The fused kernel takes four records per stage where K, down's K and a two-stage ring allow
-    // (measured on H200, perf notes §16: -3 to -5% where its consumers are busiest, neutral elsewhere).
-    if ((in.config.flags & k_flag_fused) && in.config.block_k == 0 && k_pad % 256 == 0 && (in.n / 2) % 256 == 0 &&
+    // Four records per stage where K (the fused kernel: down's K too) and a two-stage ring allow
+    // (measured on H200, perf notes §16: -3 to -6% where the consumers are busiest, neutral elsewhere).
+    const bool fused = (in.config.flags & k_flag_fused) != 0;
+    if (in.config.block_k == 0 && k_pad % 256 == 0 && (!fused || (in.n / 2) % 256 == 0) &&
         moe_w4a16_gemm_smem(in.weight_format, tiles, in.config.stages ? in.config.stages : 2, 4) <=
             static_cast<uint32_t>(k_smem_limit))
         recs = 4;
@@ -538,7 +539,7 @@ HostSource MoeW4A16Family::host_source(const KernelDescriptor& d) const {
 }
 
 KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                      int tiles, Target target, MoeW4A16Schedule schedule, bool rows) {
+                                      int tiles, Target target, MoeW4A16Schedule schedule, bool rows, int block_k) {
     if (which != MoeW4A16Kernel::gate_up && which != MoeW4A16Kernel::down)
         throw InvalidArgument("moe_w4a16: gemm() builds gate_up or down descriptors");
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format,
@@ -557,6 +558,8 @@ KernelDescriptor MoeW4A16Family::gemm(MoeW4A16Kernel which, const moe::PreparedM
         if (which != MoeW4A16Kernel::down) throw InvalidArgument("moe_w4a16: only the down kernel has a rows mode");
         d.config.flags |= k_flag_rows;
     }
+    if (block_k < 0 || block_k > 256) throw InvalidArgument(fmt::format("moe_w4a16: decode block_k {}", block_k));
+    d.config.block_k = static_cast<uint16_t>(block_k);
     return MoeW4A16Family().canonicalize(d);
 }
 

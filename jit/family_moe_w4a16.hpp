@@ -122,9 +122,11 @@ public:
 
     // Canonical descriptors. `tiles` is 1, 2 or 4 token tiles of 8 rows per m-block. `rows` (down only):
     // write one bf16 row per routed row for the combine kernel instead of combining with fp32 atomics.
+    // block_k: inputs per pipeline stage (64, 128 or 256 dividing K padded to 64; 0: 256 where K and a
+    // two-stage ring allow, else 128 where K allows, else 64).
     static KernelDescriptor gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act, int tiles,
                                  Target target, MoeW4A16Schedule schedule = MoeW4A16Schedule::static_shares,
-                                 bool rows = false);
+                                 bool rows = false, int block_k = 0);
     // Whether gate_up weights of layout rows n (2 x intermediate) and inputs k have a fused decode
     // kernel: down's K (n / 2) and k must be whole numbers of its pipeline stages (block_k inputs; 0:
     // the default, 128 where K allows, else 64; the kernel then takes 256 where both allow).

@@ -133,16 +133,23 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
     const Target target = disp.device_target();
     target_ = target;
     k_routing_ = &disp.get(MoeW4A16Family::routing(experts_, tiles_, target));
+    // the unfused decode kernels take decode_block_k where it divides their K
+    const auto bk_for = [&](const moe::PreparedMoeWeights& w) {
+        return opt.decode_block_k > 0 && w.k_pad % opt.decode_block_k == 0 ? opt.decode_block_k : 0;
+    };
+    const int gu_bk = bk_for(gate_up), dn_bk = bk_for(down);
     if (gu_static_possible)
         k_gate_up_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target,
-                                                    MoeW4A16Schedule::static_shares));
+                                                    MoeW4A16Schedule::static_shares, false, gu_bk));
     if (gu_dyn_possible)
-        k_gate_up_dyn_ = &disp.get(
-            MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target, MoeW4A16Schedule::dynamic));
-    const LoadedKernel* dn_kernel = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched));
+        k_gate_up_dyn_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gate_up, opt.act, tiles_, target,
+                                                        MoeW4A16Schedule::dynamic, false, gu_bk));
+    const LoadedKernel* dn_kernel =
+        &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, false, dn_bk));
     (dn_dyn ? k_down_dyn_ : k_down_) = dn_kernel;
     if (decode_rows_possible)
-        k_down_rows_ = &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true));
+        k_down_rows_ =
+            &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true, dn_bk));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
     if (fused_possible)
         k_fused_ = &disp.get(

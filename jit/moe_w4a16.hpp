@@ -90,7 +90,8 @@ struct MoeW4A16Options {
     bool fuse = true;
     int64_t fused_min = 64;
     // The fused decode kernel's ring: stages per warp group and inputs per stage (64, 128 or 256);
-    // 0 = the defaults (MoeW4A16Family::fused).
+    // 0 = the defaults (MoeW4A16Family::fused). decode_block_k also applies to the unfused decode
+    // kernels whose K it divides (0: their default, MoeW4A16Family::gemm: 256 where it fits).
     int decode_stages = 0;
     int decode_block_k = 0;
 };

@@ -509,8 +509,8 @@ void add_moe_bench(CLI::App& bench) {
         ->envname("KILN_BENCH_MOE_DECODE_STAGES")
         ->check(CLI::Range(0, 16));
     cmd->add_option("--decode-block-k", opts->layer.decode_block_k,
-                    "fused decode kernel: inputs per pipeline stage, 64, 128 or 256 (0: 256 where the shapes allow, "
-                    "else 128 or 64)")
+                    "decode kernels: inputs per pipeline stage, 64, 128 or 256 (0: 256 where the shapes and a "
+                    "two-stage ring allow, else 128 or 64; the unfused kernels take it where it divides their K)")
         ->envname("KILN_BENCH_MOE_DECODE_BLOCK_K")
         ->check(CLI::IsMember({0, 64, 128, 256}));
     cmd->callback([opts, schedules]() {

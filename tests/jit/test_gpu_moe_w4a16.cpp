@@ -137,6 +137,13 @@ void run_case(const Case& c) {
         {"dynamic, fused", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1},
         {"dynamic, fused, 64 inputs x 3 stages", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 3, 64},
         {"dynamic, fused, 128 inputs", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 0, 128},
+        // 256 inputs per stage for the unfused decode kernels too (where K allows; m-blocks of up to 16 rows)
+        {"static, atomics, 256 inputs", P::static_shares, P::static_shares, -1, -1, 1, -1, -1, 1, true, true, false, 0, 0,
+         256},
+        {"dynamic, automatic chunks, unfused, 256 inputs", P::dynamic, P::dynamic, -1, -1, 1, -1, -1, 1, false, true, false,
+         0, 0, 256},
+        {"static, rows + combine, 256 inputs", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1, true, true, false, 0,
+         0, 256},
         {"static, rows + combine", P::static_shares, P::static_shares, -1, -1, 1, 0, -1, 1},
         {"dynamic, rows + combine, window 8 (fused)", P::dynamic, P::dynamic, -1, -1, 8, 0, -1, 1},
         {"dynamic, rows + combine, unfused", P::dynamic, P::dynamic, -1, -1, 1, 0, -1, 1, false},
@@ -154,6 +161,7 @@ void run_case(const Case& c) {
         CAPTURE(cfg.name);
         if (cfg.block_m > 64 && !has_wgmma) continue;  // the large m-blocks are the wgmma kernel's
         if (cfg.block_m != 0 && !cfg.wide && c.tokens < 2048) continue;
+        if (cfg.decode_block_k == 256 && c.tiles > 2) continue;  // two 256-input stages of 32 rows do not fit
         MoeW4A16Options opt;
         opt.act = c.act;
         opt.topk = c.topk;

@@ -99,8 +99,13 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(g.k == 7168);
     CHECK(g.weight_format == WeightFormat::int4_g32_bf16);
     CHECK(g.config.block_m == 8);
-    CHECK(g.config.block_k == 128);
-    CHECK(g.config.stages >= 4);
+    CHECK(g.config.block_k == 256);  // four records per stage where K and a two-stage ring allow
+    CHECK(g.config.stages == 2);
+    KernelDescriptor g128 = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 1, k_h200,
+                                                 MoeW4A16Schedule::static_shares, false, 128);
+    CHECK(g128.config.block_k == 128);
+    CHECK(g128.config.stages >= 4);  // the deepest ring that fits
+    CHECK(MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::silu_glu, 4, k_h200).config.block_k == 128);
     CHECK(MoeW4A16Family::kind(g) == MoeW4A16Kernel::gate_up);
     CHECK(MoeW4A16Family().canonicalize(g) == g);  // idempotent
     CHECK(MoeW4A16Family().max_dynamic_smem(g) <= 232448u);
@@ -260,7 +265,7 @@ TEST_CASE("moe_w4a16: odd K takes the masked variant, wide MXFP4 scales the exac
     const auto odd = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 96, 224);
     KernelDescriptor g = MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, odd, MoeActivation::silu_glu, 1, k_h200);
     CHECK((g.config.flags & MoeW4A16Family::k_flag_mask_k) != 0);
-    CHECK(g.config.block_k == 128);  // K padded to 256
+    CHECK(g.config.block_k == 256);  // K padded to 256
     auto wide = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 256, 192);
     wide.wide_scales = true;
     KernelDescriptor d = MoeW4A16Family::gemm(MoeW4A16Kernel::down, wide, MoeActivation::situ_glu, 1, k_h200);
