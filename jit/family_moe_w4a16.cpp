@@ -412,6 +412,8 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
                                                     (d.config.flags & k_flag_wide) ? 2 : 1);
             return moe_w4a16_prefill_smem(d.weight_format, d.config.stages, d.config.block_k / 64);
         default:
+            // the fused kernel adds its routing per call (fused_call_smem): opt in to everything
+            if (d.config.flags & k_flag_fused) return static_cast<uint32_t>(k_smem_limit);
             return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
     }
 }
@@ -578,6 +580,22 @@ KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, M
     return MoeW4A16Family().canonicalize(d);
 }
 
+uint32_t MoeW4A16Family::fused_call_smem(const KernelDescriptor& d, int64_t slots, int experts, int mblock_cap,
+                                         int topk) {
+    if (!(d.config.flags & k_flag_fused) || d.config.block_m == 0)
+        throw InvalidArgument(fmt::format("fused_call_smem: kernel is {}", to_string(d)));
+    if (slots < 0 || experts < 1 || mblock_cap < 0 || topk < 1) throw InvalidArgument("fused_call_smem: bad sizes");
+    if (slots > 65535 || topk > 32) return 0;
+    // mirrors fused_route_area_bytes / fused_route_scratch_bytes (templates/device/moe_w4a16_decode.cuh)
+    constexpr int64_t warps = k_threads / 32;
+    const auto a16 = [](int64_t b) { return (b + 15) / 16 * 16; };
+    const int64_t ring = moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
+    const int64_t area = a16(int64_t(mblock_cap) * 8 + int64_t(mblock_cap) * d.config.block_m * 2) + 16;
+    const int64_t scratch = 2 * a16(2 * slots) + a16(2 * warps * experts) + a16(4 * int64_t(experts)) + 4 * 33;
+    if (scratch > ring || ring + area > k_smem_limit) return 0;
+    return static_cast<uint32_t>(ring + area);
+}
+
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
                                               MoeActivation act, Target target, bool wgmma, bool wide, int block_m) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
@@ -649,20 +667,37 @@ void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p,
     launch_persistent(k, &copy, sm_count, stream);
 }
 
-void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
-                            CUdeviceptr gu_done, CUdeviceptr trace, int sm_count, CUstream stream) {
+void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16FusedParams& p, int sm_count, CUstream stream) {
     if (k.desc.family.view() != MoeW4A16Family::k_name || MoeW4A16Family::kind(k.desc) != MoeW4A16Kernel::gate_up ||
         !(k.desc.config.flags & MoeW4A16Family::k_flag_fused))
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: kernel is {}", to_string(k.desc)));
+    const MoeW4A16DecodeParams& gate_up = p.gate_up;
+    const MoeW4A16DecodeParams& down = p.down;
     if (gate_up.n_pad != k.desc.n || gate_up.k_pad != round_up(k.desc.k, 64) || gate_up.k_real != k.desc.k)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: gate_up weights [{}, {}] do not match kernel {}",
                                           gate_up.n_pad, gate_up.k_real, to_string(k.desc)));
     if (down.k_pad != gate_up.n_pad / 2 || down.n_pad < gate_up.k_real || down.k_pad % k.desc.config.block_k != 0)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: down weights [{}, {}] do not chain with gate_up [{}, {}]",
                                           down.n_pad, down.k_pad, gate_up.n_pad, gate_up.k_real));
-    if (!gu_done || !gate_up.work) throw InvalidArgument("launch_moe_w4a16_fused: no gu_done or claim counters");
-    MoeW4A16FusedParams copy{gate_up, down, gu_done, trace};
-    launch_persistent(k, &copy, sm_count, stream);
+    if (!p.gu_done || !p.dn_done || !gate_up.work || !p.topk_ids || !p.topk_weights || !p.out || !down.out)
+        throw InvalidArgument("launch_moe_w4a16_fused: missing counters, routing inputs or outputs");
+    if (down.n_real > p.out_stride || down.out_stride < down.n_real)
+        throw InvalidArgument("launch_moe_w4a16_fused: output strides narrower than the output");
+    const int64_t slots = int64_t(gate_up.num_tokens) * p.topk;
+    const uint32_t smem = MoeW4A16Family::fused_call_smem(k.desc, slots, p.num_experts, p.mblock_cap, p.topk);
+    if (smem == 0)
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: {} routed slots over {} experts ({} m-blocks) do not "
+                                          "fit the kernel's shared memory",
+                                          slots, p.num_experts, p.mblock_cap));
+    if (sm_count < 1) throw InvalidArgument(fmt::format("{}: no SMs", k.kernel.name()));
+    MoeW4A16FusedParams copy = p;
+    void* args[] = {&copy};
+    runtime::LaunchDims dims;
+    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
+    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
+    dims.smem = smem;
+    dims.overlap_prior = true;
+    runtime::launch(k.kernel, dims, stream, args);
 }
 
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream) {

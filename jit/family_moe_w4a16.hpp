@@ -30,9 +30,10 @@
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
 // wide-scale MXFP4 path (flag bit 3, for E8M0 scale bytes above 128), the schedule (flag bit 5:
 // dynamic item claiming instead of static per-SM shares) and the rows mode of down (flag bit 6).
-// Flag bit 9 on a dynamic gate_up names the fused decode kernel (moe_w4a16_decode_fused): every gate_up
-// item, then every down item in the rows mode, in one persistent launch (the down matrix is the gate_up
-// one transposed in shape: n = hidden padded, k = n / 2); device target only.
+// Flag bit 9 on a dynamic gate_up names the fused decode kernel (moe_w4a16_decode_fused): the routing
+// (computed by every CTA in its shared memory), every gate_up item, every down item in the rows mode and
+// the combine, in one persistent launch (the down matrix is the gate_up one transposed in shape: n =
+// hidden padded, k = n / 2); device target only.
 // M is never baked in. The decode GEMMs run one persistent CTA of 640 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
 // 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k), the
@@ -137,6 +138,11 @@ public:
     // that fits).
     static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target,
                                   int stages = 0, int block_k = 0);
+    // Dynamic shared memory of one fused call of `slots` routed slots (M x topk, ids of other ranks
+    // included) over `experts` local experts with `mblock_cap` m-blocks: the ring, then the routing
+    // (m-block descriptors, the slot of every sorted row); the routing's scratch lives in the ring's
+    // bytes while the kernel routes. 0 where the call does not fit (227 KB, 65,535 slots, top-k 32).
+    static uint32_t fused_call_smem(const KernelDescriptor& fused, int64_t slots, int experts, int mblock_cap, int topk);
     // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
     // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:
     // the warp-specialised kernel for large m-blocks.
@@ -214,13 +220,20 @@ static_assert(offsetof(MoeW4A16DecodeParams, out) == 120);
 static_assert(offsetof(MoeW4A16DecodeParams, counters) == 136);
 
 struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
-    MoeW4A16DecodeParams gate_up, down;
-    CUdeviceptr gu_done;
-    CUdeviceptr trace;  // optional: u64 [items + grid] globaltimer stamps (measurement)
+    MoeW4A16DecodeParams gate_up, down;  // down.out: router-weighted rows by slot [M x topk, down.out_stride]
+    CUdeviceptr gu_done;       // int32 [mblock_cap], zero between calls
+    CUdeviceptr trace;         // optional: u64 [items + grid] globaltimer stamps (measurement)
+    CUdeviceptr topk_ids, topk_weights;  // int32 / fp32 [M, topk]
+    CUdeviceptr out;           // bf16 [M, out_stride]
+    CUdeviceptr dn_done;       // int32 [1], zero between calls
+    CUdeviceptr num_mblocks;   // optional: int32 [1], the call's m-block count
+    int32_t topk, num_experts, mblock_cap, out_stride;
 };
-static_assert(sizeof(MoeW4A16FusedParams) == 384);
+static_assert(sizeof(MoeW4A16FusedParams) == 440);
 static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 368);
 static_assert(offsetof(MoeW4A16FusedParams, trace) == 376);
+static_assert(offsetof(MoeW4A16FusedParams, num_mblocks) == 416);
+static_assert(offsetof(MoeW4A16FusedParams, out_stride) == 436);
 
 struct MoeW4A16RoutingParams {  // kiln_dev::moe::RoutingParams
     CUdeviceptr topk_ids, topk_weights, expert_count, num_mblocks, mblock_info, sorted_token, sorted_weight;
@@ -255,10 +268,9 @@ static_assert(sizeof(MoeW4A16DequantParams) == 24);
 // decode GEMMs; the prefill GEMMs take one CTA per (m-block, super-block) for `mblock_cap` m-blocks (the
 // capacity the routing launch was given; CTAs past the device-side m-block count exit at once).
 void launch_moe_w4a16_gemm(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int sm_count, CUstream stream);
-// The fused decode kernel: gate_up's parameters, down's (rows mode), gu_done (int32 per m-block of the
-// workspace, zero between calls) and an optional trace buffer (0: none; MoeW4A16::set_fused_trace).
-void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16DecodeParams& gate_up, const MoeW4A16DecodeParams& down,
-                            CUdeviceptr gu_done, CUdeviceptr trace, int sm_count, CUstream stream);
+// The fused decode kernel: the whole call (routing, both GEMMs, combine) in one launch, with
+// MoeW4A16Family::fused_call_smem bytes of shared memory (refused where the call does not fit).
+void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16FusedParams& p, int sm_count, CUstream stream);
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream);
 // The routing launch's CTAs: one up to 4095 routed slots, then one per 2048 (at most 32); each counts
 // every slot and scatters its share (templates/device/moe_w4a16_routing.cuh).

@@ -151,9 +151,25 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         k_down_rows_ =
             &disp.get(MoeW4A16Family::gemm(MoeW4A16Kernel::down, down, opt.act, tiles_, target, dn_sched, true, dn_bk));
     if (rows_possible) k_combine_ = &disp.get(MoeW4A16Family::combine(target));
-    if (fused_possible)
-        k_fused_ = &disp.get(
-            MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k));
+    if (fused_possible) {
+        // The fused kernel routes in shared memory: calls up to fused_max_slots_ routed slots fit (the
+        // routing area grows with the m-block capacity); larger ones take the unfused kernels.
+        const KernelDescriptor fd =
+            MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k);
+        const auto fits = [&](int64_t s) {
+            return MoeW4A16Family::fused_call_smem(fd, s, experts_, mblock_capacity(s, experts_, 8 * tiles_), opt.topk) > 0;
+        };
+        int64_t lo = opt.fused_min, hi = max_slots;
+        if (fits(lo)) {
+            while (lo < hi) {  // largest fitting slot count (the need grows with the slots)
+                const int64_t mid = lo + (hi - lo + 1) / 2;
+                if (fits(mid)) lo = mid;
+                else hi = mid - 1;
+            }
+            fused_max_slots_ = lo;
+            k_fused_ = &disp.get(fd);
+        }
+    }
     const int64_t slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
     const bool wgmma = opt.prefill_wgmma && MoeW4A16Family::has_wgmma(target);
     if (opt.prefill_block_m != 0 && opt.prefill_block_m != 64 && opt.prefill_block_m != 128 && opt.prefill_block_m != 192)
@@ -207,9 +223,9 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         runtime::fill_u32(split_acc_.ptr(), 0, split_acc_.size() / 4);
         runtime::fill_u32(split_cnt_.ptr(), 0, split_cnt_.size() / 4);
     }
-    if (k_fused_) {
-        gu_done_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_) * 4);
-        runtime::fill_u32(gu_done_.ptr(), 0, mblock_cap_);
+    if (k_fused_) {  // gu_done per m-block, then dn_done
+        gu_done_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_ + 1) * 4);
+        runtime::fill_u32(gu_done_.ptr(), 0, mblock_cap_ + 1);
     }
     if (rows_possible) {
         slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
@@ -253,9 +269,13 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         launch_routing_kernel(*pre().routing, topk_ids, topk_weights, call_cap_, stream);
         return;
     }
-    use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min;
+    use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min && slots <= fused_max_slots_;
     if (use_fused_) {
+        // the fused kernel routes and combines itself: nothing to launch before it
         use_rows_ = gu_dyn_ = dn_dyn_ = true;
+        ids_ = reinterpret_cast<CUdeviceptr>(topk_ids.data);
+        weights_ = reinterpret_cast<CUdeviceptr>(topk_weights.data);
+        return;
     } else {
         use_rows_ = k_down_rows_ != nullptr && slots >= opt_.rows_combine_min;
         gu_dyn_ = k_gate_up_dyn_ != nullptr &&
@@ -312,13 +332,30 @@ MoeW4A16DecodeParams MoeW4A16::gate_up_params(CUdeviceptr gate_up, const TensorV
     return p;
 }
 
-void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, CUstream stream) {
+void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& x, const TensorView& out,
+                              CUstream stream) {
     const MoeW4A16DecodeParams p = gate_up_params(gate_up, x);
-    if (use_prefill_) launch_moe_w4a16_prefill(*pre().gate_up, p, call_cap_, stream);
-    else if (use_fused_)
-        launch_moe_w4a16_fused(*k_fused_, p, down_params(down, runtime::TensorView{}), gu_done_.ptr(),
-                               fused_trace_, sm_count_, stream);
-    else launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
+    if (use_prefill_) {
+        launch_moe_w4a16_prefill(*pre().gate_up, p, call_cap_, stream);
+    } else if (use_fused_) {
+        MoeW4A16FusedParams f{};
+        f.gate_up = p;
+        f.down = down_params(down, out);  // rows mode: out is the rows buffer, by slot
+        f.gu_done = gu_done_.ptr();
+        f.dn_done = gu_done_.ptr() + static_cast<size_t>(mblock_cap_) * 4;
+        f.trace = fused_trace_;
+        f.topk_ids = ids_;
+        f.topk_weights = weights_;
+        f.out = reinterpret_cast<CUdeviceptr>(out.data);
+        f.out_stride = hidden_;
+        f.num_mblocks = nmb_.ptr();
+        f.topk = opt_.topk;
+        f.num_experts = experts_;
+        f.mblock_cap = mblock_capacity(static_cast<int64_t>(tokens_) * opt_.topk, experts_, 8 * tiles_);
+        launch_moe_w4a16_fused(*k_fused_, f, sm_count_, stream);
+    } else {
+        launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);
+    }
 }
 
 
@@ -351,8 +388,9 @@ MoeW4A16DecodeParams MoeW4A16::down_params(CUdeviceptr down, const TensorView& o
 }
 
 void MoeW4A16::launch_down(CUdeviceptr down, const TensorView& out, CUstream stream) {
+    if (use_fused_) return;  // down and the combine ran in launch_gate_up
     if (use_prefill_) launch_moe_w4a16_prefill(*pre().down, down_params(down, out), call_cap_, stream);
-    else if (!use_fused_)  // fused: down ran in launch_gate_up
+    else
         launch_moe_w4a16_gemm(use_rows_ ? *k_down_rows_ : dn_dyn_ ? *k_down_dyn_ : *k_down_, down_params(down, out),
                               sm_count_, stream);
     if (use_rows_) {
@@ -375,7 +413,7 @@ void MoeW4A16::forward(CUdeviceptr gate_up, CUdeviceptr down, const TensorView& 
                        const TensorView& topk_weights, const TensorView& out, CUstream stream) {
     check_views(x, topk_ids, topk_weights, out);
     launch_routing(topk_ids, topk_weights, stream);
-    launch_gate_up(gate_up, down, x, stream);
+    launch_gate_up(gate_up, down, x, out, stream);
     launch_down(down, out, stream);
 }
 

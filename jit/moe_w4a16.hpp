@@ -1,6 +1,6 @@
 // One W4A16 routed-expert layer on the GPU: routing prep, gate_up with the GLU, down with the router
-// weights and the per-token combine, three launches on one stream and nothing read back to the host
-// (graph-capturable).
+// weights and the per-token combine, on one stream with nothing read back to the host
+// (graph-capturable): one launch for decode calls that take the fused kernel, three or four otherwise.
 //
 //   MoeW4A16 layer(dispatcher, gate_up_weights, down_weights, {act, topk, max_tokens});
 //   layer.forward(gate_up_ptr, down_ptr, x, topk_ids, topk_weights, out, stream);
@@ -82,9 +82,11 @@ struct MoeW4A16Options {
     // Expert-parallel ranks the top-k ids are spread over (ids of other ranks' experts are skipped): the
     // automatic prefill block_m expects M x topk / ep_size routed rows here.
     int ep_size = 1;
-    // Decode calls from fused_min routed slots (M x topk; -1 never) run gate_up and down as one
-    // persistent launch (moe_w4a16_decode_fused, both dynamic, down in the rows mode + combine: down
-    // items of an m-block start once its gate_up items are done) unless a schedule is forced static.
+    // Decode calls from fused_min routed slots (M x topk; -1 never) run as one persistent launch
+    // (moe_w4a16_decode_fused: routing in every CTA's shared memory, gate_up and down both dynamic,
+    // down items of an m-block start once its gate_up items are done, down rows summed per token in
+    // the same launch) unless a schedule is forced static, up to the slots whose routing fits the
+    // kernel's shared memory (fused_max_slots()).
     // Measured on H200 (perf notes §10, run 15): wins 5-8% at 128-800 routed slots on K2 and K3 (against
     // the best unfused choice), loses at 16 (K3 batch 1: too few items for the warp groups).
     bool fuse = true;
@@ -111,10 +113,12 @@ public:
 
     // The launches separately (benchmarks time them one by one); forward() is these in order. The
     // routing launch fixes M for the call in flight (and with it the schedules and the down path);
-    // launch_down includes the combine launch when the call uses the rows path.
+    // launch_down includes the combine launch when the call uses the rows path. A fused call launches
+    // once, in launch_gate_up (routing, both GEMMs and the combine); the other two launch nothing.
     void launch_routing(const runtime::TensorView& topk_ids, const runtime::TensorView& topk_weights, CUstream stream);
-    // `down` is read only by the fused configuration, where this launch runs both GEMMs.
-    void launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const runtime::TensorView& x, CUstream stream);
+    // `down` and `out` are used only by the fused configuration.
+    void launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const runtime::TensorView& x,
+                        const runtime::TensorView& out, CUstream stream);
     void launch_down(CUdeviceptr down, const runtime::TensorView& out, CUstream stream);
     // Of the call in flight:
     bool uses_rows_path() const { return use_rows_; }
@@ -122,6 +126,8 @@ public:
     bool gate_up_dynamic() const { return gu_dyn_; }
     bool down_dynamic() const { return dn_dyn_; }
     bool uses_fused() const { return use_fused_; }
+    // Routed slots (M x topk) up to which a call fits the fused kernel's shared memory (0: no fused kernel).
+    int64_t fused_max_slots() const { return k_fused_ ? fused_max_slots_ : 0; }
 
     // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
     // 2 up to 11, else 4. Experts with more rows than a block holds take several blocks.
@@ -129,8 +135,9 @@ public:
 
     int tiles() const { return tiles_; }
     // Measurement: the fused decode kernel stamps each work item's completion (globaltimer, ns) into
-    // trace[item] (gate_up items m-block major, then down items) and each CTA's start into
-    // trace[items + cta] (u64). 0 turns it off.
+    // trace[item] (gate_up items m-block major, then down items), each CTA's start into trace[items +
+    // cta], the end of its routing into trace[items + grid + cta] and its end into trace[items + 2 x
+    // grid + cta] (u64, zero before the call). 0 turns it off.
     void set_fused_trace(CUdeviceptr trace) { fused_trace_ = trace; }
     const LoadedKernel& gate_up_kernel() const {
         return use_prefill_ ? *pre().gate_up : use_fused_ ? *k_fused_ : gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_;
@@ -184,6 +191,8 @@ private:
     bool has_prefill_ = false;  // some call can run the prefill configuration
     int pre_bm_ = 64;  // block_m of the call in flight (prefill)
     CUdeviceptr fused_trace_ = 0;
+    int64_t fused_max_slots_ = 0;
+    CUdeviceptr ids_ = 0, weights_ = 0;  // routing inputs of the call in flight (fused)
     // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
     int prefill_block_m(int64_t slots) const;
     runtime::DeviceBuffer counts_, nmb_, info_, sorted_token_, sorted_weight_, inter_, acc_, counters_;

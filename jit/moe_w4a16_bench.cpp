@@ -205,8 +205,8 @@ double median(std::vector<double> v) {
 }
 
 // One fused decode call with the completion stamps on (MoeW4A16::set_fused_trace), written as JSON:
-// per item its kind (0 gate_up, 1 down) and completion time, per CTA its start, in µs from the earliest
-// start; plus the bytes of each kind of item. `call()` runs one forward().
+// per item its kind (0 gate_up, 1 down) and completion time, per CTA its start, the end of its routing
+// and its end, in µs from the earliest start; plus the bytes of each kind of item. `call()` runs one forward().
 void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::PreparedMoeWeights& gu,
                        const moe::PreparedMoeWeights& dn, const std::vector<int>& counts, int sm_count,
                        const std::function<void()>& call, runtime::Stream& stream) {
@@ -216,7 +216,7 @@ void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::Prep
     const int nsb = gu.n_pad / 128, nsb2 = dn.n_pad / 128;
     const int n_gu = nmb * nsb, n_dn = nmb * nsb2;
     const int claims = n_gu + n_dn;
-    runtime::DeviceBuffer buf(static_cast<size_t>(claims + sm_count) * 8);
+    runtime::DeviceBuffer buf(static_cast<size_t>(claims + 3 * sm_count) * 8);
     runtime::fill_u32(buf.ptr(), 0, buf.size() / 4);
     layer.set_fused_trace(buf.ptr());
     call();
@@ -232,15 +232,21 @@ void write_fused_trace(const std::string& path, MoeW4A16& layer, const moe::Prep
     j["n_gate_up"] = n_gu;
     j["n_down"] = n_dn;
     std::vector<int> kind(claims);
-    std::vector<double> done(claims), start(sm_count);
+    std::vector<double> done(claims), start(sm_count), routed(sm_count), end(sm_count);
     for (int i = 0; i < claims; ++i) {
         kind[i] = i < n_gu ? 0 : 1;
         done[i] = rel(t[i]);
     }
-    for (int i = 0; i < sm_count; ++i) start[i] = rel(t[claims + i]);
+    for (int i = 0; i < sm_count; ++i) {
+        start[i] = rel(t[claims + i]);
+        routed[i] = rel(t[claims + sm_count + i]);
+        end[i] = rel(t[claims + 2 * sm_count + i]);
+    }
     j["kind"] = kind;
     j["done_us"] = done;
     j["start_us"] = start;
+    j["routed_us"] = routed;  // each CTA's routing done
+    j["end_us"] = end;        // each CTA's last warp done (combine included)
     const std::string tmp = path + ".tmp";
     std::ofstream(tmp) << j.dump() << "\n";
     std::rename(tmp.c_str(), path.c_str());
@@ -332,7 +338,7 @@ void run_bench(const BenchOptions& o) {
             ev[4 * it].record(stream);
             layer.launch_routing(vids, vw, stream.handle());
             ev[4 * it + 1].record(stream);
-            layer.launch_gate_up(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, stream.handle());
+            layer.launch_gate_up(wgu.ptr() + gu_set * c, wdn.ptr() + dn_set * c, vx, vout, stream.handle());
             ev[4 * it + 2].record(stream);
             layer.launch_down(wdn.ptr() + dn_set * c, vout, stream.handle());
             ev[4 * it + 3].record(stream);

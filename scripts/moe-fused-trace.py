@@ -32,6 +32,11 @@ def summarise(path):
         mid = (q(0.75) - q(0.25))
         print(f"  down done: first {dn[0]:.1f}, 25% {q(0.25):.1f}, 50% {q(0.5):.1f}, 90% {q(0.9):.1f}, "
               f"last {dn[-1]:.1f} us; 25-75%: {0.5 * len(dn) * db / mid / 1e6:.2f} TB/s")
+    if "routed_us" in j:
+        routed, ends = j["routed_us"], j["end_us"]
+        print(f"  routing done in the CTAs {min(routed):.1f}-{max(routed):.1f} us; CTAs end (combine included) "
+              f"{min(ends):.1f} / {sorted(ends)[len(ends) // 2]:.1f} / {max(ends):.1f} us, "
+              f"{max(ends) - end:.1f} us after the last item")
 
 
 if __name__ == "__main__":

@@ -155,21 +155,313 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
     }
 }
 
-// kMode 3 (fused gate_up + down rows, dynamic schedule only): one persistent launch runs every gate_up
-// item (params `p`, as kMode 0), then every down item (params `p2`, as kMode 2); claims are m-block
+// kMode 3 (fused, moe_w4a16_decode_fused; dynamic schedule only): the whole decode call in one
+// persistent launch. Every CTA first computes the routing of the call into its shared memory (the same
+// result everywhere: m-blocks in expert order, each expert's rows in slot order), so no routing kernel
+// runs before it. Then every gate_up item (params `gate_up`, as kMode 0), then every down item (params
+// `down`, as kMode 2, but each router-weighted row goes to row `slot` of down.out); claims are m-block
 // major, and the producer of a down item first waits until the four consumer warps of every gate_up
 // item of its m-block have stored their part of the intermediate (gu_done[mb], release / acquire), so
-// the down items fill the gate_up tail and no second launch ramps up. All CTAs are resident (one per
-// SM) and gate_up items never wait, so the wait always ends.
+// the down items fill the gate_up tail. All CTAs are resident (one per SM) and gate_up items never
+// wait, so the wait always ends. Last, every warp (producers after their ring, consumers after the
+// sentinel) takes its share of the combine: it waits until every down item part is stored (dn_done),
+// then sums the rows of its tokens' local slots in slot order (fp32, one bf16 rounding, deterministic)
+// into `out`; a token with no local slot gets zeros.
 // trace (optional, measurement): the globaltimer when each item's first consumer warp finishes it, by
-// claim id (gate_up items, then down items), then the time each CTA passes griddepcontrol.wait.
+// claim id (gate_up items, then down items), then per CTA the time it passes griddepcontrol.wait, the
+// end of its routing and its last warp's end.
 struct FusedDecodeParams {
-    DecodeParams gate_up;  // kMode 0 fields; its work[] is the one claim counter pair
-    DecodeParams down;     // kMode 2 fields (rows); x is gate_up's intermediate
-    i32* gu_done;          // [m-block capacity] gate_up item parts finished per m-block, zero between calls
-    u64* trace;            // null, or [gate_up + down items + gridDim.x]
+    DecodeParams gate_up;       // kMode 0 fields; its work[] is the claim counter pair (its num_mblocks,
+                                // mblock_info, sorted_token and sorted_weight are not read)
+    DecodeParams down;          // kMode 2 fields; out: router-weighted rows by slot [M x topk, out_stride]
+    i32* gu_done;               // [mblock_cap] gate_up item parts finished per m-block, zero between calls
+    u64* trace;                 // null, or [gate_up + down items + 3 x gridDim.x], zero (the ends are maxima)
+    const i32* topk_ids;        // [M, topk]; ids outside [0, num_experts) are other ranks' experts
+    const float* topk_weights;  // [M, topk]
+    __nv_bfloat16* out;         // [M, out_stride] the layer's output
+    i32* dn_done;               // [1] down item parts finished, zero between calls
+    i32* num_mblocks;           // null, or [1]: CTA 0 stores the call's m-block count (tests, traces)
+    i32 topk;                   // at most 32
+    i32 num_experts;
+    i32 mblock_cap;             // m-blocks the routing area holds (the host sizes it so none are dropped)
+    i32 out_stride;
 };
-static_assert(sizeof(FusedDecodeParams) == 384, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+static_assert(sizeof(FusedDecodeParams) == 440, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+
+constexpr int kFusedWarps = kDecodeThreads / 32;
+constexpr int kCombineUnits = 2;  // combine: 8-column chunks of one token per lane and item
+
+__host__ __device__ constexpr int align16(int b) { return (b + 15) / 16 * 16; }
+// Shared memory of the fused kernel past its ring: m-block descriptors (int2), the slot of every
+// sorted row (u16), then two flags of the combine's wait. The host mirrors both sizes
+// (jit/family_moe_w4a16.cpp).
+__host__ __device__ constexpr int fused_route_area_bytes(int cap, int block_m) {
+    return align16(cap * 8 + cap * block_m * 2) + 16;
+}
+__device__ __forceinline__ int* fused_flags(unsigned char* smem, int ring, int cap, int block_m) {
+    return reinterpret_cast<int*>(smem + ring + align16(cap * 8 + cap * block_m * 2));
+}
+// Scratch while routing, inside the ring's bytes: expert of each slot (i16), rank of each slot among
+// its warp's slots of that expert (u16), per warp and expert counts then offsets (u16), per expert
+// the count then the first m-block (i32), 33 scan words.
+__host__ __device__ constexpr int fused_route_scratch_bytes(int slots, int experts) {
+    return 2 * align16(2 * slots) + align16(2 * kFusedWarps * experts) + align16(4 * experts) + 4 * 33;
+}
+
+// The routing of a fused call, computed by all threads of a CTA into `area` (after `ring` bytes of
+// dynamic shared memory); the scratch lives at the start of the ring. Returns the m-block count.
+template <int kBM>
+__device__ int fused_route(const FusedDecodeParams& fp, int slots, unsigned char* smem, int ring) {
+    const int E = fp.num_experts;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    short* const sid16 = reinterpret_cast<short*>(smem);
+    unsigned short* const lrank = reinterpret_cast<unsigned short*>(smem + align16(2 * slots));
+    unsigned short* const wcnt = reinterpret_cast<unsigned short*>(smem + 2 * align16(2 * slots));
+    i32* const off = reinterpret_cast<i32*>(smem + 2 * align16(2 * slots) + align16(2 * kFusedWarps * E));
+    i32* const wtot = off + align16(4 * E) / 4;
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (ring + fused_route_area_bytes(fp.mblock_cap, kBM) > static_cast<int>(dyn) ||
+        fused_route_scratch_bytes(slots, E) > ring || fp.topk > 32 || slots > 65535)
+        __trap();  // the host sizes the launch (MoeW4A16Family::fused_call_smem)
+    int2* const info = reinterpret_cast<int2*>(smem + ring);
+    unsigned short* const sorted = reinterpret_cast<unsigned short*>(smem + ring + fp.mblock_cap * 8);
+
+    for (int i = tid; i < align16(2 * kFusedWarps * E) / 4; i += kDecodeThreads) reinterpret_cast<u32*>(wcnt)[i] = 0;
+    // Eight loads in flight per thread: one global round trip for up to 5,120 slots.
+    for (int s0 = tid; s0 < slots; s0 += 8 * kDecodeThreads) {
+        int e[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int s = s0 + j * kDecodeThreads;
+            e[j] = s < slots ? __ldg(fp.topk_ids + s) : -1;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int s = s0 + j * kDecodeThreads;
+            if (s < slots) sid16[s] = static_cast<unsigned>(e[j]) < static_cast<unsigned>(E) ? e[j] : -1;
+        }
+    }
+    __syncthreads();
+    // Rank of each slot among the earlier slots of the same expert in its warp's contiguous range.
+    const int per = ((slots + kFusedWarps - 1) / kFusedWarps + 31) / 32 * 32;
+    unsigned short* const wc = wcnt + warp * E;
+    const int s_end = min(slots, (warp + 1) * per);
+    for (int b = warp * per; b < s_end; b += 32) {
+        const int s = b + lane;
+        const int e = s < s_end ? sid16[s] : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        const unsigned before = peers & ((1u << lane) - 1u);
+        const int base = e >= 0 ? wc[e] : 0;
+        __syncwarp();
+        if (e >= 0) {
+            lrank[s] = static_cast<unsigned short>(base + __popc(before));
+            if (before == 0) wc[e] = static_cast<unsigned short>(base + __popc(peers));
+        }
+        __syncwarp();
+    }
+    __syncthreads();
+    // Per expert (each thread a contiguous run of experts): the warps' first ranks and the count, then
+    // an exclusive scan of the m-blocks per expert over the CTA.
+    const int eper = (E + kDecodeThreads - 1) / kDecodeThreads;
+    const int e0 = min(E, tid * eper), e1 = min(E, e0 + eper);
+    int local = 0;
+    for (int e = e0; e < e1; ++e) {
+        int run = 0;
+        for (int w = 0; w < kFusedWarps; ++w) {
+            const int c = wcnt[w * E + e];
+            wcnt[w * E + e] = static_cast<unsigned short>(run);
+            run += c;
+        }
+        off[e] = run;
+        local += (run + kBM - 1) / kBM;
+    }
+    int incl = local;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += v;
+    }
+    if (lane == 31) wtot[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int v = lane < kFusedWarps ? wtot[lane] : 0;
+        int inc = v;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, inc, d);
+            if (lane >= d) inc += u;
+        }
+        if (lane < kFusedWarps) wtot[lane] = inc - v;
+        if (lane == 31) wtot[32] = inc;
+    }
+    __syncthreads();
+    const int total = min(wtot[32], fp.mblock_cap);
+    int run = wtot[warp] + incl - local;
+    for (int e = e0; e < e1; ++e) {
+        const int c = off[e];
+        const int nb = (c + kBM - 1) / kBM;
+        off[e] = run;
+        for (int j = 0; j < nb && run + j < total; ++j) info[run + j] = make_int2(e, min(kBM, c - j * kBM));
+        run += nb;
+    }
+    __syncthreads();
+    for (int s = tid; s < slots; s += kDecodeThreads) {
+        const int e = sid16[s];
+        if (e < 0) continue;
+        const int r = off[e] * kBM + wcnt[(s / per) * E + e] + lrank[s];
+        if (r < total * kBM) sorted[r] = static_cast<unsigned short>(s);
+    }
+    if (tid == 0) {
+        int* flags = fused_flags(smem, ring, fp.mblock_cap, kBM);
+        flags[0] = flags[1] = 0;
+    }
+    __syncthreads();
+    return total;
+}
+
+// The fused kernel's last phase, run by every warp once it has left the ring: the combine, then the
+// finished count (the last warp out re-zeroes the counters). The combine's units (one token's 8-column
+// chunk) are cut into one contiguous share per warp of the grid, lanes on consecutive chunks; each
+// lane finds its units' local slots before the wait, so after it only the rows are read.
+// trace (optional): each CTA's latest warp end into trace_end (atomicMax).
+__device__ __forceinline__ void fused_combine(const FusedDecodeParams& fp, int nmb, int* flags, u64* trace_end) {
+    const DecodeParams& pd = fp.down;
+    i32* const work = fp.gate_up.work;
+    const int lane = threadIdx.x & 31;
+    const int topk = fp.topk, E = fp.num_experts, n = pd.n_real;
+    const int nch = (n + 7) >> 3;
+    const long long units = static_cast<long long>(fp.gate_up.num_tokens) * nch;
+    const long long warps = static_cast<long long>(kFusedWarps) * gridDim.x;
+    const long long per = (units + warps - 1) / warps;
+    const long long wid = static_cast<long long>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
+    const long long u0 = min(units, wid * per), u1 = min(units, u0 + per);
+    const int want = 4 * nmb * (pd.n_pad >> 7);
+    const bool vec = (n % 8) == 0 && (fp.out_stride % 8) == 0;
+    // local slots of the units this lane takes in one pass (inputs only: read before the wait)
+    auto find = [&](long long u, int& tok, int& col, u32& mask) {
+        tok = -1;
+        mask = 0;
+        if (u >= u1) return;
+        tok = static_cast<int>(u / nch);
+        col = static_cast<int>(u - static_cast<long long>(tok) * nch) * 8;
+        const i32* ids = fp.topk_ids + static_cast<long long>(tok) * topk;
+        for (int j = 0; j < topk; ++j) {
+            const int e = __ldg(ids + j);
+            if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) mask |= 1u << j;
+        }
+    };
+    int tok[kCombineUnits], col[kCombineUnits];
+    u32 mask[kCombineUnits];
+#pragma unroll
+    for (int k = 0; k < kCombineUnits; ++k) find(u0 + k * 32 + lane, tok[k], col[k], mask[k]);
+
+    // Wait until every down item part is stored. One warp per CTA at a time polls the global count
+    // (flags[1]: the poller's lock) and raises flags[0] (release); every lane acquires flags[0], so the
+    // rows stored by other CTAs are visible. Thousands of warps polling one global word would load the
+    // L2 slice that holds it, which every weight stream crosses.
+    if (u0 < u1) {
+        const u32 go = smem_addr(flags), lock = go + 4;
+        for (;;) {
+            int v;
+            asm volatile("ld.acquire.cta.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(go) : "memory");
+            if (__any_sync(0xffffffffu, v != 0)) break;
+            if (lane == 0) {
+                int got;
+                asm volatile("atom.shared.cas.b32 %0, [%1], 0, 1;\n" : "=r"(got) : "r"(lock) : "memory");
+                if (got == 0) {
+                    int d;
+                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(d) : "l"(fp.dn_done) : "memory");
+                    if (d >= want) asm volatile("st.release.cta.shared.b32 [%0], 1;\n" ::"r"(go) : "memory");
+                    asm volatile("st.relaxed.cta.shared.b32 [%0], 0;\n" ::"r"(lock) : "memory");
+                }
+            }
+            __nanosleep(64);
+        }
+        for (;;) {  // each lane's own acquire of the raised flag
+            int v;
+            asm volatile("ld.acquire.cta.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(go) : "memory");
+            if (v) break;
+        }
+    }
+#pragma unroll 1
+    for (long long ub = u0; ub < u1; ub += 32 * kCombineUnits) {
+        if (ub != u0) {
+#pragma unroll
+            for (int k = 0; k < kCombineUnits; ++k) find(ub + k * 32 + lane, tok[k], col[k], mask[k]);
+        }
+        // up to four rows per unit in flight, summed in slot order
+        float acc[kCombineUnits][8];
+        u32 m[kCombineUnits];
+#pragma unroll
+        for (int k = 0; k < kCombineUnits; ++k) {
+            m[k] = mask[k];
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[k][c] = 0.f;
+        }
+        for (;;) {
+            u32 left = 0;
+#pragma unroll
+            for (int k = 0; k < kCombineUnits; ++k) left |= m[k];
+            if (!__any_sync(0xffffffffu, left != 0)) break;
+            uint4 v[kCombineUnits][4];
+            bool have[kCombineUnits][4];
+#pragma unroll
+            for (int k = 0; k < kCombineUnits; ++k) {
+                const __nv_bfloat16* base =
+                    pd.out + static_cast<long long>(tok[k]) * topk * pd.out_stride + col[k];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    have[k][q] = m[k] != 0;
+                    if (have[k][q]) {
+                        const int j = __ffs(m[k]) - 1;
+                        m[k] &= m[k] - 1;
+                        v[k][q] = __ldcg(reinterpret_cast<const uint4*>(base + static_cast<long long>(j) * pd.out_stride));
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kCombineUnits; ++k)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    if (!have[k][q]) continue;
+                    const u32 w[4] = {v[k][q].x, v[k][q].y, v[k][q].z, v[k][q].w};
+#pragma unroll
+                    for (int h = 0; h < 4; ++h) {
+                        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[h]));
+                        acc[k][2 * h] += f.x;
+                        acc[k][2 * h + 1] += f.y;
+                    }
+                }
+        }
+#pragma unroll
+        for (int k = 0; k < kCombineUnits; ++k) {
+            if (tok[k] < 0) continue;
+            __nv_bfloat16* o = fp.out + static_cast<long long>(tok[k]) * fp.out_stride + col[k];
+            if (vec) {
+                *reinterpret_cast<uint4*>(o) =
+                    make_uint4(pack_bf16x2(acc[k][0], acc[k][1]), pack_bf16x2(acc[k][2], acc[k][3]),
+                               pack_bf16x2(acc[k][4], acc[k][5]), pack_bf16x2(acc[k][6], acc[k][7]));
+            } else {
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    if (col[k] + c < n) o[c] = __float2bfloat16(acc[k][c]);
+            }
+        }
+    }
+    // Every claim and wait of this warp precedes its increment; the last warp out re-zeroes the counters.
+    if (lane == 0) {
+        if (trace_end) atomicMax(reinterpret_cast<unsigned long long*>(trace_end), static_cast<unsigned long long>(globaltimer()));
+        __threadfence();
+        const int done = atomicAdd(work + 1, 1);
+        if (done == kFusedWarps * static_cast<int>(gridDim.x) - 1) {
+            for (int mb = 0; mb < nmb; ++mb) fp.gu_done[mb] = 0;
+            *fp.dn_done = 0;
+            atomicExch(work, 0);
+            atomicExch(work + 1, 0);
+        }
+    }
+}
 
 // kRecs: 64-wide K records per pipeline stage (the host picks 2 when K_pad % 128 == 0, else 1; 4 on
 // request).
@@ -177,8 +469,8 @@ static_assert(sizeof(FusedDecodeParams) == 384, "FusedDecodeParams is mirrored b
 // bytes and skips dequantisation and MMAs.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
           int kSched, bool kSkipMath>
-__device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2, i32* gu_done,
-                                            u64* trace = nullptr) {
+__device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2,
+                                            const FusedDecodeParams* fp = nullptr) {
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
     static_assert(kStages >= 2, "at least two stages");
     static_assert(kRecs == 1 || kRecs == 2 || kRecs == 4, "one, two or four records per stage");
@@ -205,11 +497,37 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
 
     griddep_wait();  // launched overlapping the routing (or gate_up) kernel: its outputs come first
     const int nq = p.k_pad >> 6;
-    const int nmb = *p.num_mblocks;
+    // fused: the routing in this CTA's shared memory, past the four groups' rings
+    i32* const gu_done = kFused ? fp->gu_done : nullptr;
+    u64* const trace = kFused ? fp->trace : nullptr;
+    const int2* s_info = nullptr;
+    const unsigned short* s_sorted = nullptr;
+    int nmb;
+    u64 t_start = 0;
+    int first_claim = 0;  // fused: each producer's first claim, in flight while the CTA routes
+    if constexpr (kFused) {
+        if (trace) t_start = globaltimer();
+        if (warp >= 16 && lane == 0) first_claim = atomicAdd(p.work, 1);
+        nmb = fused_route<kBM>(*fp, p.num_tokens * fp->topk, smem_raw, 4 * kGroupSmem);
+        s_info = reinterpret_cast<const int2*>(smem_raw + 4 * kGroupSmem);
+        s_sorted = reinterpret_cast<const unsigned short*>(smem_raw + 4 * kGroupSmem + fp->mblock_cap * 8);
+        if (blockIdx.x == 0 && threadIdx.x == 0 && fp->num_mblocks) *fp->num_mblocks = nmb;
+    } else {
+        nmb = *p.num_mblocks;
+    }
     // fused: the down items' shape (p2); elsewhere unused
     const int nq2 = kFused ? p2.k_pad >> 6 : nq, nsb2 = kFused ? p2.n_pad >> 7 : 0;
-    if (kFused && trace && threadIdx.x == 0) trace[nmb * ((p.n_pad >> 7) + nsb2) + blockIdx.x] = globaltimer();
-    if (nmb == 0) {
+    // trace: after the items, per CTA its start, the end of its routing, its last warp's end
+    u64* trace_end = nullptr;
+    if (kFused && trace) {
+        u64* cta = trace + nmb * ((p.n_pad >> 7) + nsb2) + blockIdx.x;
+        if (threadIdx.x == 0) {
+            cta[0] = t_start;
+            cta[gridDim.x] = globaltimer();
+        }
+        trace_end = cta + 2 * gridDim.x;
+    }
+    if (!kFused && nmb == 0) {
         if constexpr (kMode == 1) {
             const int total = p.num_tokens * p.n_real;
             for (int i = blockIdx.x * kDecodeThreads + tid; i < total; i += gridDim.x * kDecodeThreads)
@@ -268,6 +586,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         // ---------------------------------------------------------------- producer warp of group gid
         const u64 policy = evict_first_policy();
         int i = 0;  // stages issued
+        int next = 0;
         auto acquire = [&]() -> int {
             const int slot = i % kStages;
             if (i >= kStages) mbar_wait(empty + 8 * slot, ((i / kStages) - 1) & 1);
@@ -327,14 +646,15 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         auto run_item = [&](int mb, int sb, int kc, int mask, bool down = false) {
             const bool gu = kMode == 0 || (kFused && !down);
             const DecodeParams& pp = kFused && down ? p2 : p;
-            const int2 info = __ldg(p.mblock_info + mb);
+            const int2 info = kFused ? s_info[mb] : __ldg(p.mblock_info + mb);
             int tok[kCpl];
 #pragma unroll
             for (int h = 0; h < kCpl; ++h) {
                 tok[h] = 0;
                 if (gu) {
                     const int row = (lane + 32 * h) / kRowChunks;
-                    if (row < info.y) tok[h] = __ldg(p.sorted_token + mb * kBM + row);
+                    if (row < info.y)
+                        tok[h] = kFused ? s_sorted[mb * kBM + row] / fp->topk : __ldg(p.sorted_token + mb * kBM + row);
                 }
             }
             if (kFused && down) {  // the intermediate rows of this m-block must all be stored
@@ -367,8 +687,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         } else if constexpr (kFused) {
             // every gate_up item (m-block major), then every down item (m-block major)
             const int n_gu = nmb * nsb, total = n_gu + nmb * nsb2;
-            int next = 0;
-            if (lane == 0) next = atomicAdd(p.work, 1);
+            next = first_claim;
             next = __shfl_sync(0xffffffffu, next, 0);
 #pragma unroll 1
             while (next < total) {
@@ -419,16 +738,13 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
             cp_async_mbar_arrive(bar);
             ++i;
         }
-        if constexpr (kDyn) {
+        if constexpr (kDyn && !kFused) {
             // The last producer out re-zeroes the claim counters: every producer's claims precede its
             // increment of the finished count.
             if (lane == 0) {
                 __threadfence();
                 const int done = atomicAdd(p.work + 1, 1);
                 if (done == 4 * static_cast<int>(gridDim.x) - 1) {
-                    if constexpr (kFused) {  // every wait on gu_done has ended (each precedes its producer's increment)
-                        for (int m = 0; m < nmb; ++m) gu_done[m] = 0;
-                    }
                     atomicExch(p.work, 0);
                     atomicExch(p.work + 1, 0);
                 }
@@ -438,6 +754,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         // no copy this warp issued is outstanding when it exits (the sentinel is never released).
 #pragma unroll 1
         for (int j = max(0, i - kStages); j < i - 1; ++j) mbar_wait(empty + 8 * (j % kStages), (j / kStages) & 1);
+        if constexpr (kFused) fused_combine(*fp, nmb, fused_flags(smem_raw, 4 * kGroupSmem, fp->mblock_cap, kBM), trace_end);
         return;
     }
 
@@ -488,6 +805,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
 
     int slot = 0;
     u32 phase = 0;
+    int dn_parts = 0;  // fused: down item parts this warp has stored
 #pragma unroll 1
     for (;;) {
         const u32 st = gsm + slot * SM::kStage;
@@ -518,8 +836,12 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int pos = c_mb * kBM + 8 * ti + 2 * t + e;
-                        if constexpr (kMode == 1) e_tok[ti][e] = __ldg(p.sorted_token + pos);
-                        e_wt[ti][e] = __ldg(p.sorted_weight + pos);
+                        if constexpr (kFused) {
+                            e_wt[ti][e] = 8 * ti + 2 * t + e < c_valid ? __ldg(fp->topk_weights + s_sorted[pos]) : 0.0f;
+                        } else {
+                            if constexpr (kMode == 1) e_tok[ti][e] = __ldg(p.sorted_token + pos);
+                            e_wt[ti][e] = __ldg(p.sorted_weight + pos);
+                        }
                     }
             }
             if constexpr (kMode == 1) {
@@ -646,19 +968,31 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 const int n0 = rb * 16 + g;
                 const DecodeParams& pd = kFused ? p2 : p;
                 each_row([&](int ti, int e, int r) {
-                    __nv_bfloat16* dst = pd.out + static_cast<long long>(c_mb * kBM + r) * pd.out_stride;
+                    // fused: the row of the slot (the in-kernel combine reads a token's slots in order)
+                    const int orow = kFused ? s_sorted[c_mb * kBM + r] : c_mb * kBM + r;
+                    __nv_bfloat16* dst = pd.out + static_cast<long long>(orow) * pd.out_stride;
                     const float wt = e_wt[ti][e];
                     if (n0 < pd.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
                     if (n0 + 8 < pd.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
                 });
             }
         }
-        if (kFused && c_gu) {  // this warp's part of the m-block's intermediate is stored: publish it
-            __threadfence();
-            __syncwarp();
-            if (lane == 0) atomicAdd(gu_done + c_mb, 1);
+        if constexpr (kFused) {
+            if (c_gu) {  // this warp's part of the m-block's intermediate is stored: publish it
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) atomicAdd(gu_done + c_mb, 1);
+            } else {
+                ++dn_parts;  // published once, when the warp leaves the ring (only the combine waits for them)
+            }
         }
     }
+    if constexpr (kFused) {
+        __threadfence();
+        __syncwarp();
+        if (lane == 0 && dn_parts) atomicAdd(fp->dn_done, dn_parts);
+    }
+    if constexpr (kFused) fused_combine(*fp, nmb, fused_flags(smem_raw, 4 * kGroupSmem, fp->mblock_cap, kBM), trace_end);
     if constexpr (kMode == 1) {
         if (pend_check) finish_counters();
         if (pend_rb[0] >= 0 || pend_rb[1] >= 0) {
@@ -672,13 +1006,12 @@ template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kT
           int kSched = 0, bool kSkipMath = false>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const DecodeParams p) {
     static_assert(kMode <= 2, "the fused mode is moe_w4a16_decode_fused");
-    decode_gemm<kFormat, kWideScale, kMode, kAct, kMaskK, kTiles, kStages, kRecs, kSched, kSkipMath>(p, p, nullptr);
+    decode_gemm<kFormat, kWideScale, kMode, kAct, kMaskK, kTiles, kStages, kRecs, kSched, kSkipMath>(p, p);
 }
 
 template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode_fused(const FusedDecodeParams p) {
-    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, p.gu_done,
-                                                                                        p.trace);
+    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, &p);
 }
 
 }  // namespace moe

@@ -182,6 +182,7 @@ void run_case(const Case& c) {
         opt.decode_block_k = cfg.decode_block_k;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
+        std::vector<uint16_t> first;
         for (int rep = 0; rep < 2; ++rep) {
             CAPTURE(rep);
             fill_u8(dout.ptr(), 0xFF, dout.size());  // NaN
@@ -194,8 +195,15 @@ void run_case(const Case& c) {
                 // whole number of gate_up's stages
                 const int bk = cfg.decode_block_k ? cfg.decode_block_k : wgu.k_pad % 128 == 0 ? 128 : 64;
                 const bool fusable = wdn.k_pad % bk == 0 && wgu.k_pad % bk == 0;
-                CHECK(layer.uses_fused() == (cfg.fuse && fusable && int64_t(c.tokens) * c.topk >= opt.fused_min &&
-                                             cfg.gate_up != P::static_shares && cfg.down != P::static_shares));
+                // (and up to the slots whose routing fits the fused kernel's shared memory)
+                const int64_t slots = int64_t(c.tokens) * c.topk;
+                CHECK(layer.uses_fused() == (cfg.fuse && fusable && slots >= opt.fused_min &&
+                                             slots <= layer.fused_max_slots() && cfg.gate_up != P::static_shares &&
+                                             cfg.down != P::static_shares));
+                // every call of these small shapes up to 2,048 slots fits the fused kernel
+                if (cfg.fuse && fusable && slots >= opt.fused_min && cfg.gate_up != P::static_shares &&
+                    cfg.down != P::static_shares)
+                    CHECK(layer.fused_max_slots() >= std::min<int64_t>(slots, 2048));
                 if (layer.uses_fused()) {
                     CHECK(layer.uses_rows_path());
                     // by default 256 inputs per stage where both K allow it and two stages of m-blocks of
@@ -225,6 +233,11 @@ void run_case(const Case& c) {
                 CHECK(((layer.down_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
             }
             const std::vector<uint16_t> got = to_host<uint16_t>(dout);
+            // the fused kernel sums each token's rows in slot order: the same bits on every call
+            if (layer.uses_fused()) {
+                if (rep == 0) first = got;
+                else CHECK(got == first);
+            }
             const moe_test::OutputError err = moe_test::output_error(got, ref);
             CHECK(err.nonfinite == 0);
             CHECK(err.rel <= 1e-2);
@@ -278,6 +291,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"half the experts empty", F::int4_g32_bf16, silu, 256, 128, 32, 4, 60, "half_empty", 1},
         {"foreign experts", F::int4_g32_bf16, silu, 256, 128, 8, 4, 64, "foreign", 1},
         {"no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 1},
+        {"no local expert, fused-sized call", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 40, "none", 1},
+        {"hidden 224 (masked K), foreign experts", F::int4_g32_bf16, silu, 224, 128, 16, 4, 40, "foreign", 1},
         {"odd sizes int4", F::int4_g32_bf16, silu, 224, 96, 5, 2, 33, "uniform", 1},
         {"odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
         {"4096 tokens", F::int4_g32_bf16, silu, 256, 128, 64, 8, 4096, "uniform", 4},

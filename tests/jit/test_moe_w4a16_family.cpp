@@ -74,11 +74,29 @@ std::string decode_smem_checks(const KernelDescriptor& d) {
     const std::string f = dev_format(d.weight_format);
     const int tiles = d.config.block_m / 8, recs = d.config.block_k / 64;
     const std::string args = f + ", " + std::to_string(tiles) + ", " + std::to_string(recs);
-    return "\nstatic_assert(kiln_dev::moe::decode_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) +
-           ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family decode smem\");\n" +
-           "static_assert(kiln_dev::moe::decode_default_stages<" + args + ">() == " +
-           std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs)) +
-           ", \"family decode stages\");\n";
+    const bool fused = (d.config.flags & MoeW4A16Family::k_flag_fused) != 0;
+    const std::string ring = "kiln_dev::moe::decode_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) + ")";
+    std::string s = "\nstatic_assert(" + ring + " == " +
+                    std::to_string(fused ? moe_w4a16_gemm_smem(d.weight_format, tiles, d.config.stages, recs)
+                                         : MoeW4A16Family().max_dynamic_smem(d)) +
+                    ", \"family decode smem\");\n" + "static_assert(kiln_dev::moe::decode_default_stages<" + args +
+                    ">() == " + std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs)) +
+                    ", \"family decode stages\");\n";
+    if (fused) {
+        // the fused kernel's routing area and scratch, as the host sizes a call (K2 EP8 decode 20, K3 B=128)
+        const int slot_cases[][2] = {{1280, 48}, {2048, 112}, {40, 16}};
+        for (const auto& sc : slot_cases) {
+            const int slots = sc[0], experts = sc[1], bm = d.config.block_m;
+            const int cap = slots / bm + std::min(experts, slots) + 1;
+            const uint32_t host = MoeW4A16Family::fused_call_smem(d, slots, experts, cap, 8);
+            REQUIRE(host > 0);
+            s += "static_assert(" + ring + " + kiln_dev::moe::fused_route_area_bytes(" + std::to_string(cap) + ", " +
+                 std::to_string(bm) + ") == " + std::to_string(host) + ", \"family fused call smem\");\n" +
+                 "static_assert(kiln_dev::moe::fused_route_scratch_bytes(" + std::to_string(slots) + ", " +
+                 std::to_string(experts) + ") <= " + ring + ", \"fused routing scratch\");\n";
+        }
+    }
+    return s;
 }
 
 void check_cubin(const NvrtcOutput& out, const std::string& kernel) {
@@ -144,6 +162,15 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(f128.config.stages == 4);
     CHECK(MoeW4A16Family().canonicalize(f128) == f128);
     CHECK(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 4, k_h200).config.block_k == 128);  // 32 rows: no room
+    // a call's shared memory: the ring, then its routing (m-block descriptors, the slot of every sorted
+    // row); refused (0) past 65,535 slots, top-k 32, or where the routing does not fit
+    const uint32_t ring = moe_w4a16_gemm_smem(f.weight_format, 1, f.config.stages, f.config.block_k / 64);
+    CHECK(MoeW4A16Family().max_dynamic_smem(f) == 232448u);
+    CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 1280 / 8 + 48 + 1, 8) == ring + 5024 + 16);  // 209 x (8 + 8 x 2) bytes rounded up to 16, two flags
+    CHECK(MoeW4A16Family::fused_call_smem(f, 65536, 48, 16, 8) == 0);
+    CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 33) == 0);
+    CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 20000, 8) == 0);  // 20,000 m-blocks: no room
+    CHECK_THROWS_AS(MoeW4A16Family::fused_call_smem(g, 1280, 48, 209, 8), kiln::InvalidArgument);  // not fused
     CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 0, 192), kiln::InvalidArgument);
     CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 3, 256), kiln::InvalidArgument);
     CHECK(MoeW4A16Family::fusable(4096, 7168, 256));
@@ -287,6 +314,7 @@ TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
         MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, 4, k_h200, MoeW4A16Schedule::dynamic,
                              true),
         MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200),
+        MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 2, k_h200),
     };
     for (const KernelDescriptor& d : decode) {
         CAPTURE(to_string(d));
