@@ -43,7 +43,8 @@
 // kMode 3 (fused, moe_w4a16_decode_fused): kMode 0 items, then kMode 2 items, in one launch (below).
 //
 // Every kernel here starts with griddepcontrol.wait: the host launches them as programmatic dependents
-// of the routing kernel (or of gate_up), so their launch overlaps the previous kernel.
+// of the previous kernel (the routing kernel, gate_up, or whatever produced the fused kernel's top-k
+// ids), so their launch overlaps it.
 //
 // Stage header (32 bytes): mb, valid rows (-1: sentinel), super-block, K chunk, active row-block mask,
 // stages in this item, item kind (0 gate_up-like, 1 down in the fused mode), the item's claim id (fused:
