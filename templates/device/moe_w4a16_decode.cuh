@@ -190,7 +190,7 @@ struct FusedDecodeParams {
 static_assert(sizeof(FusedDecodeParams) == 440, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 constexpr int kFusedWarps = kDecodeThreads / 32;
-constexpr int kCombineUnits = 2;  // combine: 8-column chunks of one token per lane and item
+constexpr int kCombineUnits = 2;  // combine: units (8-column chunks of one token) per lane and pass
 
 __host__ __device__ constexpr int align16(int b) { return (b + 15) / 16 * 16; }
 // Shared memory of the fused kernel past its ring: m-block descriptors (int2), the slot of every
