@@ -47,7 +47,7 @@ KernelDescriptor MoeRoutingFamily::canonicalize(const KernelDescriptor& in) cons
 
 uint32_t MoeRoutingFamily::max_dynamic_smem(const KernelDescriptor& d) const {
     const uint32_t e = static_cast<uint32_t>(d.experts), w = d.config.warps;
-    return (w * e + 2 * e + w) * 4;
+    return (w * e + 2 * e + w + 1) * 4;  // per-warp counts, count, offset, the scan's scratch
 }
 
 DeviceSource MoeRoutingFamily::device_source(const KernelDescriptor& d) const {

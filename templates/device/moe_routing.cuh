@@ -13,7 +13,7 @@
 // One CTA of kWarps warps. Warp w owns a contiguous slice of the flat ids: it counts its slice per
 // expert (hist[w][e]), a scan over warps gives each warp its first row inside each expert (so the
 // order is stable), a scan over experts gives each expert's first padded row, then every warp scatters
-// its slice. Dynamic shared memory: (kWarps * kExperts + 2 * kExperts + kWarps) * 4 bytes.
+// its slice. Dynamic shared memory: (kWarps * kExperts + 2 * kExperts + kWarps + 1) * 4 bytes.
 #pragma once
 
 #include "device/prelude.cuh"
@@ -31,7 +31,7 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     i32* hist = smem;                       // [kWarps][kExperts]: per-warp counts, then write cursors
     i32* count = hist + kWarps * kExperts;  // [kExperts]
     i32* offset = count + kExperts;         // [kExperts]: first padded row of each expert
-    i32* warp_sums = offset + kExperts;     // [kWarps]
+    i32* warp_sums = offset + kExperts;     // [kWarps + 1]: the scan's scratch
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -85,25 +85,8 @@ moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __res
     i32 local = 0;
     #pragma unroll 1
     for (int e = e0; e < e1; ++e) local += offset[e];
-    i32 incl = local;
-    for (int d = 1; d < 32; d <<= 1) {
-        const i32 v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        i32 ws = lane < kWarps ? warp_sums[lane] : 0;
-        i32 wincl = ws;
-        for (int d = 1; d < 32; d <<= 1) {
-            const i32 v = __shfl_up_sync(0xffffffffu, wincl, d);
-            if (lane >= d) wincl += v;
-        }
-        if (lane < kWarps) warp_sums[lane] = wincl - ws;  // exclusive prefix of each warp
-        if (lane == kWarps - 1) total_padded[0] = wincl;
-    }
-    __syncthreads();
-    i32 prefix = warp_sums[warp] + incl - local;
+    i32 prefix = block_exclusive_scan(local, warp_sums);
+    if (tid == 0) total_padded[0] = warp_sums[kWarps];
     #pragma unroll 1
     for (int e = e0; e < e1; ++e) {
         const i32 padded = offset[e];

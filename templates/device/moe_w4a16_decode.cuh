@@ -277,28 +277,8 @@ __device__ int fused_route(const FusedDecodeParams& fp, int slots, unsigned char
         off[e] = run;
         local += (run + kBM - 1) / kBM;
     }
-    int incl = local;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-    }
-    if (lane == 31) wtot[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int v = lane < kFusedWarps ? wtot[lane] : 0;
-        int inc = v;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int u = __shfl_up_sync(0xffffffffu, inc, d);
-            if (lane >= d) inc += u;
-        }
-        if (lane < kFusedWarps) wtot[lane] = inc - v;
-        if (lane == 31) wtot[32] = inc;
-    }
-    __syncthreads();
-    const int total = min(wtot[32], fp.mblock_cap);
-    int run = wtot[warp] + incl - local;
+    int run = block_exclusive_scan(local, wtot);
+    const int total = min(wtot[kFusedWarps], fp.mblock_cap);
     for (int e = e0; e < e1; ++e) {
         const int c = off[e];
         const int nb = (c + kBM - 1) / kBM;

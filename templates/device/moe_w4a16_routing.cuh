@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     i32* cur = smem_route + p.num_experts;    // [E] rows per expert in the slots before this CTA's chunk,
                                               //     then this CTA's scatter cursor (counting up)
     i32* off = smem_route + 2 * p.num_experts;  // [E] first m-block of each expert
-    __shared__ i32 warp_tot[32];
-    __shared__ i32 total_s;
+    __shared__ i32 scan[33];
 
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int E = p.num_experts;
@@ -100,33 +99,12 @@ __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams
     int local = 0;
     for (int e = e0; e < e1; ++e) local += (cnt[e] + kBlockM - 1) / kBlockM;
     const int lane = tid & 31, warp = tid >> 5;
-    int incl = local;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        int v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-    }
-    if (lane == 31) warp_tot[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        int nw = nthr >> 5;
-        int v = lane < nw ? warp_tot[lane] : 0;
-        int inc = v;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            int u = __shfl_up_sync(0xffffffffu, inc, d);
-            if (lane >= d) inc += u;
-        }
-        if (lane < nw) warp_tot[lane] = inc - v;  // exclusive warp offsets
-        if (lane == 31) total_s = inc;
-    }
-    __syncthreads();
+    int run = block_exclusive_scan(local, scan);
 
     // Per owned expert: its first m-block; CTA 0 also writes the count and the m-block descriptors.
-    const int total = min(total_s, p.mblock_cap);
+    const int total = min(scan[nthr >> 5], p.mblock_cap);
     const int rows = total * kBlockM;
     const bool writer = blockIdx.x == 0;
-    int run = warp_tot[warp] + incl - local;
     for (int e = e0; e < e1; ++e) {
         const int c = cnt[e];
         const int nb = (c + kBlockM - 1) / kBlockM;
