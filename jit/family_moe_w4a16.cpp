@@ -643,14 +643,14 @@ static void expect_kind(const LoadedKernel& k, MoeW4A16Kernel want, const char* 
 }
 
 // The decode GEMMs: one CTA per SM, launched as a programmatic dependent of the previous kernel (they
-// start with griddepcontrol.wait).
-static void launch_persistent(const LoadedKernel& k, void* params, int sm_count, CUstream stream) {
+// start with griddepcontrol.wait). `smem`: dynamic shared memory, the kernel's own by default.
+static void launch_persistent(const LoadedKernel& k, void* params, int sm_count, CUstream stream, uint32_t smem = 0) {
     if (sm_count < 1) throw InvalidArgument(fmt::format("{}: no SMs", k.kernel.name()));
     void* args[] = {params};
     runtime::LaunchDims dims;
     dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
     dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
-    dims.smem = k.dynamic_smem;
+    dims.smem = smem ? smem : k.dynamic_smem;
     dims.overlap_prior = true;
     runtime::launch(k.kernel, dims, stream, args);
 }
@@ -689,15 +689,8 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16FusedParams& p,
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: {} routed slots over {} experts ({} m-blocks) do not "
                                           "fit the kernel's shared memory",
                                           slots, p.num_experts, p.mblock_cap));
-    if (sm_count < 1) throw InvalidArgument(fmt::format("{}: no SMs", k.kernel.name()));
     MoeW4A16FusedParams copy = p;
-    void* args[] = {&copy};
-    runtime::LaunchDims dims;
-    dims.grid = {static_cast<uint32_t>(sm_count), 1, 1};
-    dims.block = {static_cast<uint32_t>(MoeW4A16Family::k_threads), 1, 1};
-    dims.smem = smem;
-    dims.overlap_prior = true;
-    runtime::launch(k.kernel, dims, stream, args);
+    launch_persistent(k, &copy, sm_count, stream, smem);
 }
 
 void launch_moe_w4a16_prefill(const LoadedKernel& k, const MoeW4A16DecodeParams& p, int mblock_cap, CUstream stream) {
