@@ -227,10 +227,10 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         gu_done_ = runtime::DeviceBuffer(static_cast<size_t>(mblock_cap_ + 1) * 4);
         runtime::fill_u32(gu_done_.ptr(), 0, mblock_cap_ + 1);
     }
-    if (rows_possible) {
-        slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
-        rows_ = runtime::DeviceBuffer(rows * static_cast<size_t>(dn_.n_pad) * 2);
-    }
+    if (rows_possible) rows_ = runtime::DeviceBuffer(rows * static_cast<size_t>(dn_.n_pad) * 2);
+    // the combine kernel finds each token's rows through the routing's slot positions (the fused kernel
+    // sums its rows itself)
+    if (prefill_possible || decode_rows_possible) slot_pos_ = runtime::DeviceBuffer(static_cast<size_t>(slots) * 4);
 }
 
 void MoeW4A16::check_views(const TensorView& x, const TensorView& ids, const TensorView& w, const TensorView& out) const {
