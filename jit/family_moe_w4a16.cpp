@@ -580,17 +580,29 @@ KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, M
     return MoeW4A16Family().canonicalize(d);
 }
 
+bool MoeW4A16Family::fused_k_groups_ok(const KernelDescriptor& d, int k_groups) {
+    if (!(d.config.flags & k_flag_fused) || d.config.block_k == 0)
+        throw InvalidArgument(fmt::format("fused_k_groups_ok: kernel is {}", to_string(d)));
+    if (k_groups != 1 && k_groups != 2 && k_groups != 4) return false;
+    const int stage_k = d.config.block_k;
+    return round_up(d.k, 64) / stage_k >= k_groups && (static_cast<int>(d.n) / 2) / stage_k >= k_groups;
+}
+
 uint32_t MoeW4A16Family::fused_call_smem(const KernelDescriptor& d, int64_t slots, int experts, int mblock_cap,
-                                         int topk) {
+                                         int topk, int k_groups) {
     if (!(d.config.flags & k_flag_fused) || d.config.block_m == 0)
         throw InvalidArgument(fmt::format("fused_call_smem: kernel is {}", to_string(d)));
     if (slots < 0 || experts < 1 || mblock_cap < 0 || topk < 1) throw InvalidArgument("fused_call_smem: bad sizes");
+    if (!fused_k_groups_ok(d, k_groups))
+        throw InvalidArgument(fmt::format("fused_call_smem: {} warp groups per item for kernel {}", k_groups, to_string(d)));
     if (slots > 65535 || topk > 32) return 0;
-    // mirrors fused_route_area_bytes / fused_route_scratch_bytes (templates/device/moe_w4a16_decode.cuh)
+    // mirrors fused_route_area_bytes / fused_route_scratch_bytes / fused_team_area_bytes
+    // (templates/device/moe_w4a16_decode.cuh)
     constexpr int64_t warps = k_threads / 32;
     const auto a16 = [](int64_t b) { return (b + 15) / 16 * 16; };
     const int64_t ring = moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
-    const int64_t area = a16(int64_t(mblock_cap) * 8 + int64_t(mblock_cap) * d.config.block_m * 2) + 16;
+    const int64_t area = a16(int64_t(mblock_cap) * 8 + int64_t(mblock_cap) * d.config.block_m * 2) + 16 +
+                         (k_groups > 1 ? 16 + (4 - 4 / k_groups) * 4 * (d.config.block_m / 8) * 1024 : 0);
     const int64_t scratch = 2 * a16(2 * slots) + a16(2 * warps * experts) + a16(4 * int64_t(experts)) + 4 * 33;
     if (scratch > ring || ring + area > k_smem_limit) return 0;
     return static_cast<uint32_t>(ring + area);
@@ -684,7 +696,12 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16FusedParams& p,
     if (down.n_real > p.out_stride || down.out_stride < down.n_real)
         throw InvalidArgument("launch_moe_w4a16_fused: output strides narrower than the output");
     const int64_t slots = int64_t(gate_up.num_tokens) * p.topk;
-    const uint32_t smem = MoeW4A16Family::fused_call_smem(k.desc, slots, p.num_experts, p.mblock_cap, p.topk);
+    if (!MoeW4A16Family::fused_k_groups_ok(k.desc, p.k_groups))
+        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: {} warp groups per item (1, 2 or 4, at most the stages "
+                                          "of down's K) for kernel {}",
+                                          p.k_groups, to_string(k.desc)));
+    const uint32_t smem =
+        MoeW4A16Family::fused_call_smem(k.desc, slots, p.num_experts, p.mblock_cap, p.topk, p.k_groups);
     if (smem == 0)
         throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: {} routed slots over {} experts ({} m-blocks) do not "
                                           "fit the kernel's shared memory",

@@ -141,8 +141,13 @@ public:
     // Dynamic shared memory of one fused call of `slots` routed slots (M x topk, ids of other ranks
     // included) over `experts` local experts with `mblock_cap` m-blocks: the ring, then the routing
     // (m-block descriptors, the slot of every sorted row); the routing's scratch lives in the ring's
-    // bytes while the kernel routes. 0 where the call does not fit (227 KB, 65,535 slots, top-k 32).
-    static uint32_t fused_call_smem(const KernelDescriptor& fused, int64_t slots, int experts, int mblock_cap, int topk);
+    // bytes while the kernel routes; with k_groups > 1 the teams' claim slots and partial sums after it.
+    // 0 where the call does not fit (227 KB, 65,535 slots, top-k 32).
+    static uint32_t fused_call_smem(const KernelDescriptor& fused, int64_t slots, int experts, int mblock_cap, int topk,
+                                    int k_groups = 1);
+    // Whether the fused kernel `fused` can share each item among k_groups warp groups (1, 2 or 4): every
+    // part of gate_up's and down's K stages must hold at least one stage (down's K is gate_up's n / 2).
+    static bool fused_k_groups_ok(const KernelDescriptor& fused, int k_groups);
     // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
     // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:
     // the warp-specialised kernel for large m-blocks.
@@ -228,8 +233,11 @@ struct MoeW4A16FusedParams {  // kiln_dev::moe::FusedDecodeParams
     CUdeviceptr dn_done;       // int32 [1], zero between calls
     CUdeviceptr num_mblocks;   // optional: int32 [1], the call's m-block count
     int32_t topk, num_experts, mblock_cap, out_stride;
+    int32_t k_groups;  // warp groups sharing each item: 1, 2 or 4 (MoeW4A16Family::fused_k_groups_ok)
+    int32_t reserved;
 };
-static_assert(sizeof(MoeW4A16FusedParams) == 440);
+static_assert(sizeof(MoeW4A16FusedParams) == 448);
+static_assert(offsetof(MoeW4A16FusedParams, k_groups) == 440);
 static_assert(offsetof(MoeW4A16FusedParams, gu_done) == 368);
 static_assert(offsetof(MoeW4A16FusedParams, trace) == 376);
 static_assert(offsetof(MoeW4A16FusedParams, num_mblocks) == 416);

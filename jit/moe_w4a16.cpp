@@ -109,6 +109,11 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         throw InvalidArgument(fmt::format("moe_w4a16: prefill_min={} (routed slots per expert; -1 = never)", opt.prefill_min));
     if (opt.fused_min < -1)
         throw InvalidArgument(fmt::format("moe_w4a16: fused_min={} (routed slots; -1 = never)", opt.fused_min));
+    if (opt.fused_k_groups != 1 && opt.fused_k_groups != 2 && opt.fused_k_groups != 4)
+        throw InvalidArgument(fmt::format("moe_w4a16: fused_k_groups={} (warp groups per item: 1, 2 or 4)", opt.fused_k_groups));
+    if (opt.fused_k_groups_max_slots < -1)
+        throw InvalidArgument(fmt::format("moe_w4a16: fused_k_groups_max_slots={} (routed slots; -1 = never)",
+                                          opt.fused_k_groups_max_slots));
     const int64_t max_slots = static_cast<int64_t>(opt.max_tokens) * opt.topk;
     const bool prefill_possible = prefill_call(max_slots, experts_, opt.prefill_min);
     const bool decode_rows_possible = opt.rows_combine_min >= 0 && max_slots >= opt.rows_combine_min;
@@ -156,9 +161,17 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         // routing area grows with the m-block capacity); larger ones take the unfused kernels.
         const KernelDescriptor fd =
             MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k);
+        int kg = opt.fused_k_groups;
         const auto fits = [&](int64_t s) {
-            return MoeW4A16Family::fused_call_smem(fd, s, experts_, mblock_capacity(s, experts_, 8 * tiles_), opt.topk) > 0;
+            return MoeW4A16Family::fused_call_smem(fd, s, experts_, mblock_capacity(s, experts_, 8 * tiles_), opt.topk,
+                                                   kg) > 0;
         };
+        // fewer warp groups per item where K has too few stages or the partial sums leave no room in the
+        // largest call that shares items
+        const int64_t kg_slots = std::max(opt.fused_min, std::min(opt.fused_k_groups_max_slots, max_slots));
+        while (kg > 1 && !(MoeW4A16Family::fused_k_groups_ok(fd, kg) && fits(kg_slots))) kg /= 2;
+        fused_k_groups_ = opt.fused_k_groups_max_slots >= opt.fused_min ? kg : 1;
+        kg = 1;  // larger calls: one group per item
         int64_t lo = opt.fused_min, hi = max_slots;
         if (fits(lo)) {
             while (lo < hi) {  // largest fitting slot count (the need grows with the slots)
@@ -270,6 +283,7 @@ void MoeW4A16::launch_routing(const TensorView& topk_ids, const TensorView& topk
         return;
     }
     use_fused_ = k_fused_ != nullptr && slots >= opt_.fused_min && slots <= fused_max_slots_;
+    call_k_groups_ = use_fused_ && slots <= opt_.fused_k_groups_max_slots ? fused_k_groups_ : 1;
     if (use_fused_) {
         // the fused kernel routes and combines itself: nothing to launch before it
         use_rows_ = gu_dyn_ = dn_dyn_ = true;
@@ -352,6 +366,7 @@ void MoeW4A16::launch_gate_up(CUdeviceptr gate_up, CUdeviceptr down, const Tenso
         f.topk = opt_.topk;
         f.num_experts = experts_;
         f.mblock_cap = mblock_capacity(static_cast<int64_t>(tokens_) * opt_.topk, experts_, 8 * tiles_);
+        f.k_groups = call_k_groups_;
         launch_moe_w4a16_fused(*k_fused_, f, sm_count_, stream);
     } else {
         launch_moe_w4a16_gemm(gu_dyn_ ? *k_gate_up_dyn_ : *k_gate_up_, p, sm_count_, stream);

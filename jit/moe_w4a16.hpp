@@ -88,14 +88,22 @@ struct MoeW4A16Options {
     // the same launch) unless a schedule is forced static, up to the slots whose routing fits the
     // kernel's shared memory (fused_max_slots()).
     // Measured on H200 (perf notes §10, run 15): wins 5-8% at 128-800 routed slots on K2 and K3 (against
-    // the best unfused choice), loses at 16 (K3 batch 1: too few items for the warp groups).
+    // the best unfused choice); at 16 (K3 batch 1) it wins 15% with four warp groups per item (below),
+    // and loses with one (§18, run 88; §19, run 90).
     bool fuse = true;
-    int64_t fused_min = 64;
+    int64_t fused_min = 1;
     // The fused decode kernel's ring: stages per warp group and inputs per stage (64, 128 or 256);
     // 0 = the defaults (MoeW4A16Family::fused). decode_block_k also applies to the unfused decode
     // kernels whose K it divides (0: their default, MoeW4A16Family::gemm: 256 where it fits).
     int decode_stages = 0;
     int decode_block_k = 0;
+    // Warp groups of the fused kernel that share each work item, each streaming a part of its K (1, 2
+    // or 4; fewer where K has too few stages or the partial sums do not fit the shared memory), in calls
+    // of up to fused_k_groups_max_slots routed slots; larger calls take one group per item. Measured on
+    // H200 (perf notes §19): K3 batch 1 53.2 -> 45.3-45.8 us (against the unfused kernels), batch 8 even,
+    // K2 decode 20 (160 slots) and K3 batch 32 / 128 slower.
+    int fused_k_groups = 4;
+    int64_t fused_k_groups_max_slots = 128;
 };
 
 class MoeW4A16 {
@@ -128,6 +136,10 @@ public:
     bool uses_fused() const { return use_fused_; }
     // Routed slots (M x topk) up to which a call fits the fused kernel's shared memory (0: no fused kernel).
     int64_t fused_max_slots() const { return k_fused_ ? fused_max_slots_ : 0; }
+    // Warp groups per item of the fused kernel in small calls (options.fused_k_groups, or fewer where it
+    // does not fit), and in the call in flight.
+    int fused_k_groups() const { return fused_k_groups_; }
+    int fused_k_groups_in_flight() const { return call_k_groups_; }
 
     // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
     // 2 up to 11, else 4. Experts with more rows than a block holds take several blocks.
@@ -192,6 +204,8 @@ private:
     int pre_bm_ = 64;  // block_m of the call in flight (prefill)
     CUdeviceptr fused_trace_ = 0;
     int64_t fused_max_slots_ = 0;
+    int fused_k_groups_ = 1;
+    int call_k_groups_ = 1;
     CUdeviceptr ids_ = 0, weights_ = 0;  // routing inputs of the call in flight (fused)
     // The prefill block_m for `slots` routed slots (opt_.prefill_block_m, or the tok_e rule).
     int prefill_block_m(int64_t slots) const;

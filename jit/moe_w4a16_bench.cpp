@@ -47,6 +47,7 @@ const std::vector<Scenario>& scenarios() {
     using F = W4Format;
     const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
     static const std::vector<Scenario> s = {
+        {"k2_ep8_decode_1", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 8, 1, true},
         {"k2_ep8_decode_20", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 160, 1, true},
         {"k2_ep8_decode_50", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "ep", 400, 2, true},
         {"k2_grouped_decode_8", F::int4_g32_bf16, silu, 7168, 2048, 48, 8, "balanced", 48, 1, true},
@@ -404,7 +405,10 @@ void run_bench(const BenchOptions& o) {
                                                    ? ((pf & MoeW4A16Family::k_flag_wide) ? "wgmma wide " : "wgmma ")
                                                    : "",
                                                layer.prefill_block_m_in_flight())
-            : layer.uses_fused() ? fmt::format("decode bm={} fused+rows", 8 * layer.tiles())
+            : layer.uses_fused() ? fmt::format("decode bm={} fused+rows{}", 8 * layer.tiles(),
+                                               layer.fused_k_groups_in_flight() > 1
+                                                   ? fmt::format(" kg{}", layer.fused_k_groups_in_flight())
+                                                   : "")
                                  : fmt::format("decode bm={} {}/{}{}", 8 * layer.tiles(),
                                                layer.gate_up_dynamic() ? "dyn" : "static",
                                                layer.down_dynamic() ? "dyn" : "static", layer.uses_rows_path() ? "+rows" : "");
@@ -519,6 +523,16 @@ void add_moe_bench(CLI::App& bench) {
                     "two-stage ring allow, else 128 or 64; the unfused kernels take it where it divides their K)")
         ->envname("KILN_BENCH_MOE_DECODE_BLOCK_K")
         ->check(CLI::IsMember({0, 64, 128, 256}));
+    cmd->add_option("--fused-k-groups", opts->layer.fused_k_groups,
+                    "fused decode kernel: warp groups sharing each work item, each streaming a part of its K (1, 2 "
+                    "or 4; fewer where K or the shared memory do not allow)")
+        ->envname("KILN_BENCH_MOE_FUSED_K_GROUPS")
+        ->check(CLI::IsMember({1, 2, 4}));
+    cmd->add_option("--fused-k-groups-max-slots", opts->layer.fused_k_groups_max_slots,
+                    "routed slots (tokens x top-k) up to which fused calls share items among --fused-k-groups warp "
+                    "groups (larger calls: one group per item); -1 never")
+        ->envname("KILN_BENCH_MOE_FUSED_K_GROUPS_MAX_SLOTS")
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
     cmd->callback([opts, schedules]() {
         const auto pick = [](const std::string& s) {
             return s == "dynamic" ? MoeW4A16SchedulePick::dynamic

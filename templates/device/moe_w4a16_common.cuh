@@ -143,6 +143,10 @@ __device__ __forceinline__ u64 globaltimer() {
 __device__ __forceinline__ void named_barrier(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
+// Arrive at a named barrier without waiting (its other participants wait with named_barrier).
+__device__ __forceinline__ void named_barrier_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
 
 // Ring positions of the pipelines: the next slot of n, and (with a phase) the mbarrier parity that
 // flips each time the ring wraps.

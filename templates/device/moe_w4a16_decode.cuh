@@ -168,6 +168,14 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
 // sentinel) takes its share of the combine: it waits until every down item part is stored (dn_done),
 // then sums the rows of its tokens' local slots in slot order (fp32, one bf16 rounding, deterministic)
 // into `out`; a token with no local slot gets zeros.
+// k_groups (1, 2 or 4): warp groups that share each item. With G > 1 the CTA's four groups form teams
+// of G; a team's first producer claims the items and hands each id to the others (a named barrier per
+// team), and group r of the team streams the r-th of G contiguous parts of the item's K stages, so an
+// item ends G times sooner on the same four groups. At the item's end the consumer warps of groups
+// 1..G-1 leave their fp32 partial sums in shared memory (named barrier "ready" per team), and the warp
+// of group 0 holding the same rows adds them in group order (the bits do not depend on timing), then
+// stores the rows and publishes them; it releases the buffer through a second barrier ("free"), which
+// the other warps wait on before their next item's partials. Every part holds at least one stage.
 // trace (optional, measurement): the globaltimer when each item's first consumer warp finishes it, by
 // claim id (gate_up items, then down items), then per CTA the time it passes griddepcontrol.wait, the
 // end of its routing and its last warp's end.
@@ -186,8 +194,10 @@ struct FusedDecodeParams {
     i32 num_experts;
     i32 mblock_cap;             // m-blocks the routing area holds (the host sizes it so none are dropped)
     i32 out_stride;
+    i32 k_groups;               // 1, 2 or 4 (above)
+    i32 reserved;
 };
-static_assert(sizeof(FusedDecodeParams) == 440, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+static_assert(sizeof(FusedDecodeParams) == 448, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 constexpr int kFusedWarps = kDecodeThreads / 32;
 constexpr int kCombineUnits = 2;  // combine: units (8-column chunks of one token) per lane and pass
@@ -201,6 +211,11 @@ __host__ __device__ constexpr int fused_route_area_bytes(int cap, int block_m) {
 }
 __device__ __forceinline__ int* fused_flags(unsigned char* smem, int ring, int cap, int block_m) {
     return reinterpret_cast<int*>(smem + ring + align16(cap * 8 + cap * block_m * 2));
+}
+// Shared memory of the fused kernel past its routing area when k_groups > 1: the teams' claim slots
+// (two per team), then the partial sums of the warps of groups 1..G-1, 1 KB per token tile each.
+__host__ __device__ constexpr int fused_team_area_bytes(int k_groups, int tiles) {
+    return k_groups > 1 ? 16 + (4 - 4 / k_groups) * 4 * tiles * 1024 : 0;
 }
 // Scratch while routing, inside the ring's bytes: expert of each slot (i16), rank of each slot among
 // its warp's slots of that expert (u16), per warp and expert counts then offsets (u16), per expert
@@ -485,14 +500,21 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     const unsigned short* s_sorted = nullptr;
     int nmb;
     u64 t_start = 0;
-    int first_claim = 0;  // fused: each producer's first claim, in flight while the CTA routes
+    int first_claim = 0;  // fused: each claiming producer's first claim, in flight while the CTA routes
+    const int kg = kFused ? fp->k_groups : 1;  // warp groups per item (fused)
     if constexpr (kFused) {
         if (trace) t_start = globaltimer();
-        if (warp >= 16 && lane == 0) first_claim = atomicAdd(p.work, 1);
+        if (warp >= 16 && ((warp - 16) & (kg - 1)) == 0 && lane == 0) first_claim = atomicAdd(p.work, 1);
         nmb = fused_route<kBM>(*fp, p.num_tokens * fp->topk, smem_raw, 4 * kGroupSmem);
         s_info = reinterpret_cast<const int2*>(smem_raw + 4 * kGroupSmem);
         s_sorted = reinterpret_cast<const unsigned short*>(smem_raw + 4 * kGroupSmem + fp->mblock_cap * 8);
         if (blockIdx.x == 0 && threadIdx.x == 0 && fp->num_mblocks) *fp->num_mblocks = nmb;
+        u32 dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if ((kg != 1 && kg != 2 && kg != 4) || p.k_pad / (64 * kRecs) < kg || p2.k_pad / (64 * kRecs) < kg ||
+            4 * kGroupSmem + fused_route_area_bytes(fp->mblock_cap, kBM) + fused_team_area_bytes(kg, kTiles) >
+                static_cast<int>(dyn))
+            __trap();  // the host checks k_groups and sizes the launch (MoeW4A16Family::fused_call_smem)
     } else {
         nmb = *p.num_mblocks;
     }
@@ -550,6 +572,11 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
 
     const bool is_producer = warp >= 16;
     const int gid = is_producer ? warp - 16 : warp >> 2;
+    // fused, k_groups > 1: this group's team, its part of each item, the team's claim slots and partial sums
+    const int team = gid / kg, part = gid - team * kg;
+    unsigned char* const team_area =
+        kFused ? smem_raw + 4 * kGroupSmem + fused_route_area_bytes(kFused ? fp->mblock_cap : 0, kBM) : nullptr;
+    volatile int* const team_claim = reinterpret_cast<volatile int*>(team_area) + 2 * team;
     const u32 gsm = smem_addr(smem_raw) + gid * kGroupSmem;
     const u32 full = gsm + kStages * SM::kStage;
     const u32 empty = full + 8 * kStages;
@@ -624,7 +651,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
             ++i;
         };
         // down = true: an item of the down matrix (fused mode only; kModes 1 and 2 use p as the down).
-        auto run_item = [&](int mb, int sb, int kc, int mask, bool down = false) {
+        auto run_item = [&](int mb, int sb, int kc, int mask, bool down = false, int part_of = 0, int parts = 1) {
             const bool gu = kMode == 0 || (kFused && !down);
             const DecodeParams& pp = kFused && down ? p2 : p;
             const int2 info = kFused ? s_info[mb] : __ldg(p.mblock_info + mb);
@@ -653,8 +680,10 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
             const int nqi = kFused && down ? nq2 : nq;
             const int q0 = kc * chunk;
             const int nst = (min(nqi, q0 + (kFused && down ? nq2 : chunk)) - q0) / kRecs;
+            // k_groups > 1: this group's contiguous part of the item's stages
+            const int s0 = nst * part_of / parts, s1 = nst * (part_of + 1) / parts;
 #pragma unroll 1
-            for (int s = 0; s < nst; ++s) produce(pp, gu, mb, sb, kc, info.x, info.y, mask, nst, q0 + s * kRecs, tok);
+            for (int s = s0; s < s1; ++s) produce(pp, gu, mb, sb, kc, info.x, info.y, mask, s1 - s0, q0 + s * kRecs, tok);
         };
 
         if constexpr (!kDyn) {
@@ -668,15 +697,34 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         } else if constexpr (kFused) {
             // every gate_up item (m-block major), then every down item (m-block major)
             const int n_gu = nmb * nsb, total = n_gu + nmb * nsb2;
-            next = first_claim;
-            next = __shfl_sync(0xffffffffu, next, 0);
-#pragma unroll 1
-            while (next < total) {
-                const int id = next;
-                if (lane == 0) next = atomicAdd(p.work, 1);
-                if (id < n_gu) run_item(id / nsb, id % nsb, 0, 0xFF);
-                else run_item((id - n_gu) / nsb2, (id - n_gu) % nsb2, 0, 0xFF, true);
+            if (kg == 1) {
+                next = first_claim;
                 next = __shfl_sync(0xffffffffu, next, 0);
+#pragma unroll 1
+                while (next < total) {
+                    const int id = next;
+                    if (lane == 0) next = atomicAdd(p.work, 1);
+                    if (id < n_gu) run_item(id / nsb, id % nsb, 0, 0xFF);
+                    else run_item((id - n_gu) / nsb2, (id - n_gu) % nsb2, 0, 0xFF, true);
+                    next = __shfl_sync(0xffffffffu, next, 0);
+                }
+            } else {
+                // The team's first producer claims (one claim ahead) and hands each id over through a
+                // claim slot; slot it & 1 is rewritten only after the next barrier, which every reader
+                // of this one has passed.
+                next = first_claim;
+#pragma unroll 1
+                for (int it = 0;; ++it) {
+                    if (part == 0 && lane == 0) {
+                        team_claim[it & 1] = next;
+                        if (next < total) next = atomicAdd(p.work, 1);
+                    }
+                    named_barrier(5 + team, 32 * kg);
+                    const int id = team_claim[it & 1];
+                    if (id >= total) break;
+                    if (id < n_gu) run_item(id / nsb, id % nsb, 0, 0xFF, false, part, kg);
+                    else run_item((id - n_gu) / nsb2, (id - n_gu) % nsb2, 0, 0xFF, true, part, kg);
+                }
             }
         } else {
             const int total = nmb * nsb * ksplit;
@@ -787,6 +835,13 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     int slot = 0;
     u32 phase = 0;
     int dn_parts = 0;  // fused: down item parts this warp has stored
+    int team_items = 0;  // fused, k_groups > 1: items whose partial sums this warp has handed over or added
+    // this warp's partial-sum buffer (groups 1..G-1) or the first of its team's (group 0): 2 x kTiles
+    // float4 per lane, lanes innermost
+    float4* const red = kFused && kg > 1
+                            ? reinterpret_cast<float4*>(team_area + 16) +
+                                  ((team * (kg - 1) + max(part - 1, 0)) * 4 + wig) * (2 * kTiles * 32) + lane
+                            : nullptr;
 #pragma unroll 1
     for (;;) {
         const u32 st = gsm + slot * SM::kStage;
@@ -875,7 +930,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         }
         if (++c_q < c_nst) continue;
         c_q = 0;
-        if (kFused && trace && wig == 0 && lane == 0) trace[c_claim] = globaltimer();
+        if (kFused && trace && part == 0 && wig == 0 && lane == 0) trace[c_claim] = globaltimer();
         if (!c_act) continue;
         if constexpr (kDual) {
 #pragma unroll
@@ -884,6 +939,38 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 for (int ti = 0; ti < kTiles; ++ti)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[h][ti][e] += acc2[h][ti][e];
+        }
+        if (kFused && kg > 1) {
+            // the team's partial sums meet in the warp of group 0 (see FusedDecodeParams)
+            const int nthreads = 128 * kg;
+            if (part != 0) {
+                if (team_items > 0) named_barrier(2 + 2 * team, nthreads);  // group 0 has read the last ones
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int ti = 0; ti < kTiles; ++ti)
+                        red[(h * kTiles + ti) * 32] = make_float4(acc[h][ti][0], acc[h][ti][1], acc[h][ti][2], acc[h][ti][3]);
+                named_barrier_arrive(1 + 2 * team, nthreads);
+                ++team_items;
+                continue;
+            }
+            named_barrier(1 + 2 * team, nthreads);
+#pragma unroll 1
+            for (int q = 0; q < kg - 1; ++q) {
+                const float4* src = red + q * (4 * 2 * kTiles * 32);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int ti = 0; ti < kTiles; ++ti) {
+                        const float4 v = src[(h * kTiles + ti) * 32];
+                        acc[h][ti][0] += v.x;
+                        acc[h][ti][1] += v.y;
+                        acc[h][ti][2] += v.z;
+                        acc[h][ti][3] += v.w;
+                    }
+            }
+            named_barrier_arrive(2 + 2 * team, nthreads);
+            ++team_items;
         }
         if (kMode == 0 && ksplit > 1) {
             // K-split gate_up: add this chunk's partial sums; the warp bringing the last chunk applies the GLU.
@@ -969,6 +1056,8 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         }
     }
     if constexpr (kFused) {
+        // the last "free" barrier of the team (group 0 arrived at it after the last item)
+        if (kg > 1 && part != 0 && team_items > 0) named_barrier(2 + 2 * team, 128 * kg);
         __threadfence();
         __syncwarp();
         if (lane == 0 && dn_parts) atomicAdd(fp->dn_done, dn_parts);

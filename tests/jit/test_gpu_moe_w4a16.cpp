@@ -126,6 +126,8 @@ void run_case(const Case& c) {
         int block_m = 0;        // prefill rows per m-block (0: the layer's rule; 128 / 192 need wgmma)
         int decode_stages = 0;  // the fused decode kernel's ring (0: the defaults)
         int decode_block_k = 0;
+        int k_groups = 1;       // the fused decode kernel's warp groups per item
+        int64_t fused_min = MoeW4A16Options{}.fused_min;
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -137,6 +139,12 @@ void run_case(const Case& c) {
         {"dynamic, fused", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1},
         {"dynamic, fused, 64 inputs x 3 stages", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 3, 64},
         {"dynamic, fused, 128 inputs", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 0, 128},
+        // items shared by warp groups, each streaming a part of K (fewer where K or shared memory do not allow)
+        {"dynamic, fused from 1 slot, 4 groups per item, 64 inputs x 3 stages", P::dynamic, P::dynamic, 0, -1, 1, -1, -1,
+         1, true, true, false, 0, 3, 64, 4, 1},
+        {"dynamic, fused from 1 slot, 2 groups per item", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false,
+         0, 0, 0, 2, 1},
+        {"dynamic, fused, 4 groups per item", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 0, 0, 4},
         // 256 inputs per stage for the unfused decode kernels too (where K allows; m-blocks of up to 16 rows)
         {"static, atomics, 256 inputs", P::static_shares, P::static_shares, -1, -1, 1, -1, -1, 1, true, true, false, 0, 0,
          256},
@@ -180,6 +188,9 @@ void run_case(const Case& c) {
         opt.prefill_block_m = cfg.block_m;
         opt.decode_stages = cfg.decode_stages;
         opt.decode_block_k = cfg.decode_block_k;
+        opt.fused_k_groups = cfg.k_groups;
+        if (cfg.k_groups > 1) opt.fused_k_groups_max_slots = int64_t(1) << 20;  // every fused call
+        opt.fused_min = cfg.fused_min;
         MoeW4A16 layer(*fx.disp, dgu.meta, ddn.meta, opt);
         const bool want_prefill = cfg.prefill_min >= 0 && int64_t(c.tokens) * c.topk >= cfg.prefill_min * c.experts;
         std::vector<uint16_t> first;
@@ -206,6 +217,10 @@ void run_case(const Case& c) {
                     CHECK(layer.fused_max_slots() >= std::min<int64_t>(slots, 2048));
                 if (layer.uses_fused()) {
                     CHECK(layer.uses_rows_path());
+                    const int kg = layer.fused_k_groups_in_flight();
+                    CHECK((kg >= 1 && kg <= cfg.k_groups));
+                    // the K2 and K3 shapes have the stages and the room for four groups per item
+                    if (c.hidden >= 3584 && cfg.k_groups == 4) CHECK(kg == 4);
                     // by default 256 inputs per stage where both K allow it and two stages of m-blocks of
                     // up to 16 rows fit
                     const bool wide = wdn.k_pad % 256 == 0 && wgu.k_pad % 256 == 0 && layer.tiles() <= 2;

@@ -94,6 +94,14 @@ std::string decode_smem_checks(const KernelDescriptor& d) {
                  std::to_string(bm) + ") == " + std::to_string(host) + ", \"family fused call smem\");\n" +
                  "static_assert(kiln_dev::moe::fused_route_scratch_bytes(" + std::to_string(slots) + ", " +
                  std::to_string(experts) + ") <= " + ring + ", \"fused routing scratch\");\n";
+            // the teams' claim slots and partial sums (k_groups 2 and 4) after the routing area
+            for (const int kg : {2, 4}) {
+                if (!MoeW4A16Family::fused_k_groups_ok(d, kg)) continue;
+                const uint32_t with = MoeW4A16Family::fused_call_smem(d, slots, experts, cap, 8, kg);
+                if (with == 0) continue;
+                s += "static_assert(kiln_dev::moe::fused_team_area_bytes(" + std::to_string(kg) + ", " +
+                     std::to_string(bm / 8) + ") == " + std::to_string(with - host) + ", \"family fused team area\");\n";
+            }
         }
     }
     return s;
@@ -170,6 +178,13 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(MoeW4A16Family::fused_call_smem(f, 65536, 48, 16, 8) == 0);
     CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 33) == 0);
     CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 20000, 8) == 0);  // 20,000 m-blocks: no room
+    // items shared by 2 or 4 warp groups: the claim slots (16 bytes) and 1 KB of partial sums per token
+    // tile for each warp of groups 1..G-1
+    CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 8, 4) == ring + 5024 + 16 + 16 + 12 * 1024);
+    CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 8, 2) == ring + 5024 + 16 + 16 + 8 * 1024);
+    CHECK(MoeW4A16Family::fused_k_groups_ok(f, 4));
+    CHECK_FALSE(MoeW4A16Family::fused_k_groups_ok(f, 3));
+    CHECK_THROWS_AS(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 8, 3), kiln::InvalidArgument);
     CHECK_THROWS_AS(MoeW4A16Family::fused_call_smem(g, 1280, 48, 209, 8), kiln::InvalidArgument);  // not fused
     CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 0, 192), kiln::InvalidArgument);
     CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 3, 256), kiln::InvalidArgument);
