@@ -144,7 +144,6 @@ void run_case(const Case& c) {
          1, true, true, false, 0, 3, 64, 4, 1},
         {"dynamic, fused from 1 slot, 2 groups per item", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false,
          0, 0, 0, 2, 1},
-        {"dynamic, fused, 4 groups per item", P::dynamic, P::dynamic, 0, -1, 1, -1, -1, 1, true, true, false, 0, 0, 0, 4},
         // 256 inputs per stage for the unfused decode kernels too (where K allows; m-blocks of up to 16 rows)
         {"static, atomics, 256 inputs", P::static_shares, P::static_shares, -1, -1, 1, -1, -1, 1, true, true, false, 0, 0,
          256},
