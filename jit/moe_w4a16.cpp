@@ -161,22 +161,22 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         // routing area grows with the m-block capacity); larger ones take the unfused kernels.
         const KernelDescriptor fd =
             MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k);
-        int kg = opt.fused_k_groups;
-        const auto fits = [&](int64_t s) {
+        const auto fits = [&](int64_t s, int k_groups) {
             return MoeW4A16Family::fused_call_smem(fd, s, experts_, mblock_capacity(s, experts_, 8 * tiles_), opt.topk,
-                                                   kg) > 0;
+                                                   k_groups) > 0;
         };
         // fewer warp groups per item where K has too few stages or the partial sums leave no room in the
         // largest call that shares items
         const int64_t kg_slots = std::max(opt.fused_min, std::min(opt.fused_k_groups_max_slots, max_slots));
-        while (kg > 1 && !(MoeW4A16Family::fused_k_groups_ok(fd, kg) && fits(kg_slots))) kg /= 2;
+        int kg = opt.fused_k_groups;
+        while (kg > 1 && !(MoeW4A16Family::fused_k_groups_ok(fd, kg) && fits(kg_slots, kg))) kg /= 2;
         fused_k_groups_ = opt.fused_k_groups_max_slots >= opt.fused_min ? kg : 1;
-        kg = 1;  // larger calls: one group per item
+        // larger calls take one group per item
         int64_t lo = opt.fused_min, hi = max_slots;
-        if (fits(lo)) {
+        if (fits(lo, 1)) {
             while (lo < hi) {  // largest fitting slot count (the need grows with the slots)
                 const int64_t mid = lo + (hi - lo + 1) / 2;
-                if (fits(mid)) lo = mid;
+                if (fits(mid, 1)) lo = mid;
                 else hi = mid - 1;
             }
             fused_max_slots_ = lo;

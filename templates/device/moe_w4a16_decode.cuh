@@ -575,7 +575,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     // fused, k_groups > 1: this group's team, its part of each item, the team's claim slots and partial sums
     const int team = gid / kg, part = gid - team * kg;
     unsigned char* const team_area =
-        kFused ? smem_raw + 4 * kGroupSmem + fused_route_area_bytes(kFused ? fp->mblock_cap : 0, kBM) : nullptr;
+        kFused ? smem_raw + 4 * kGroupSmem + fused_route_area_bytes(fp->mblock_cap, kBM) : nullptr;
     volatile int* const team_claim = reinterpret_cast<volatile int*>(team_area) + 2 * team;
     const u32 gsm = smem_addr(smem_raw) + gid * kGroupSmem;
     const u32 full = gsm + kStages * SM::kStage;
