@@ -584,6 +584,7 @@ bool MoeW4A16Family::fused_k_groups_ok(const KernelDescriptor& d, int k_groups) 
     if (!(d.config.flags & k_flag_fused) || d.config.block_k == 0)
         throw InvalidArgument(fmt::format("fused_k_groups_ok: kernel is {}", to_string(d)));
     if (k_groups != 1 && k_groups != 2 && k_groups != 4) return false;
+    if (k_groups > 1 && d.config.block_m > 16) return false;  // the kernel shares items in m-blocks of up to 16 rows
     const int stage_k = d.config.block_k;
     return round_up(d.k, 64) / stage_k >= k_groups && (static_cast<int>(d.n) / 2) / stage_k >= k_groups;
 }

@@ -145,8 +145,9 @@ public:
     // 0 where the call does not fit (227 KB, 65,535 slots, top-k 32).
     static uint32_t fused_call_smem(const KernelDescriptor& fused, int64_t slots, int experts, int mblock_cap, int topk,
                                     int k_groups = 1);
-    // Whether the fused kernel `fused` can share each item among k_groups warp groups (1, 2 or 4): every
-    // part of gate_up's and down's K stages must hold at least one stage (down's K is gate_up's n / 2).
+    // Whether the fused kernel `fused` can share each item among k_groups warp groups (1, 2 or 4): m-blocks
+    // of up to 16 rows, and every part of gate_up's and down's K stages must hold at least one stage
+    // (down's K is gate_up's n / 2).
     static bool fused_k_groups_ok(const KernelDescriptor& fused, int k_groups);
     // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
     // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:

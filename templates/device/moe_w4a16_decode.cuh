@@ -501,7 +501,9 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     int nmb;
     u64 t_start = 0;
     int first_claim = 0;  // fused: each claiming producer's first claim, in flight while the CTA routes
-    const int kg = kFused ? fp->k_groups : 1;  // warp groups per item (fused)
+    // warp groups per item (fused; m-blocks of up to 16 rows: 32-row ones leave no room for the partial
+    // sums, and the shared-item code would cost their consumers registers)
+    const int kg = kFused && kTiles <= 2 ? fp->k_groups : 1;
     if constexpr (kFused) {
         if (trace) t_start = globaltimer();
         if (warp >= 16 && ((warp - 16) & (kg - 1)) == 0 && lane == 0) first_claim = atomicAdd(p.work, 1);
@@ -511,7 +513,8 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         if (blockIdx.x == 0 && threadIdx.x == 0 && fp->num_mblocks) *fp->num_mblocks = nmb;
         u32 dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if ((kg != 1 && kg != 2 && kg != 4) || p.k_pad / (64 * kRecs) < kg || p2.k_pad / (64 * kRecs) < kg ||
+        if ((kg != 1 && kg != 2 && kg != 4) || kg != fp->k_groups || p.k_pad / (64 * kRecs) < kg ||
+            p2.k_pad / (64 * kRecs) < kg ||
             4 * kGroupSmem + fused_route_area_bytes(fp->mblock_cap, kBM) + fused_team_area_bytes(kg, kTiles) >
                 static_cast<int>(dyn))
             __trap();  // the host checks k_groups and sizes the launch (MoeW4A16Family::fused_call_smem)

@@ -184,6 +184,10 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 8, 2) == ring + 5024 + 16 + 16 + 8 * 1024);
     CHECK(MoeW4A16Family::fused_k_groups_ok(f, 4));
     CHECK_FALSE(MoeW4A16Family::fused_k_groups_ok(f, 3));
+    // m-blocks of 32 rows keep one group per item
+    const KernelDescriptor f32 = MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 4, k_h200);
+    CHECK(MoeW4A16Family::fused_k_groups_ok(f32, 1));
+    CHECK_FALSE(MoeW4A16Family::fused_k_groups_ok(f32, 2));
     CHECK_THROWS_AS(MoeW4A16Family::fused_call_smem(f, 1280, 48, 209, 8, 3), kiln::InvalidArgument);
     CHECK_THROWS_AS(MoeW4A16Family::fused_call_smem(g, 1280, 48, 209, 8), kiln::InvalidArgument);  // not fused
     CHECK_THROWS_AS(MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 0, 192), kiln::InvalidArgument);
