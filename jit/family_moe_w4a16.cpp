@@ -595,7 +595,10 @@ uint32_t MoeW4A16Family::fused_call_smem(const KernelDescriptor& d, int64_t slot
         throw InvalidArgument(fmt::format("fused_call_smem: kernel is {}", to_string(d)));
     if (slots < 0 || experts < 1 || mblock_cap < 0 || topk < 1) throw InvalidArgument("fused_call_smem: bad sizes");
     if (!fused_k_groups_ok(d, k_groups))
-        throw InvalidArgument(fmt::format("fused_call_smem: {} warp groups per item for kernel {}", k_groups, to_string(d)));
+        throw InvalidArgument(fmt::format("moe_w4a16 fused kernel: {} warp groups per item (1, 2 or 4; more than 1 needs "
+                                          "m-blocks of up to 16 rows and at least that many stages in gate_up's and down's "
+                                          "K) for kernel {}",
+                                          k_groups, to_string(d)));
     if (slots > 65535 || topk > 32) return 0;
     // mirrors fused_route_area_bytes / fused_route_scratch_bytes / fused_team_area_bytes
     // (templates/device/moe_w4a16_decode.cuh)
@@ -697,10 +700,6 @@ void launch_moe_w4a16_fused(const LoadedKernel& k, const MoeW4A16FusedParams& p,
     if (down.n_real > p.out_stride || down.out_stride < down.n_real)
         throw InvalidArgument("launch_moe_w4a16_fused: output strides narrower than the output");
     const int64_t slots = int64_t(gate_up.num_tokens) * p.topk;
-    if (!MoeW4A16Family::fused_k_groups_ok(k.desc, p.k_groups))
-        throw InvalidArgument(fmt::format("launch_moe_w4a16_fused: {} warp groups per item (1, 2 or 4, at most the stages "
-                                          "of down's K) for kernel {}",
-                                          p.k_groups, to_string(k.desc)));
     const uint32_t smem =
         MoeW4A16Family::fused_call_smem(k.desc, slots, p.num_experts, p.mblock_cap, p.topk, p.k_groups);
     if (smem == 0)

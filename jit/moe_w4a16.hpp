@@ -136,9 +136,8 @@ public:
     bool uses_fused() const { return use_fused_; }
     // Routed slots (M x topk) up to which a call fits the fused kernel's shared memory (0: no fused kernel).
     int64_t fused_max_slots() const { return k_fused_ ? fused_max_slots_ : 0; }
-    // Warp groups per item of the fused kernel in small calls (options.fused_k_groups, or fewer where it
-    // does not fit), and in the call in flight.
-    int fused_k_groups() const { return fused_k_groups_; }
+    // Warp groups per item of the fused kernel in the call in flight (options.fused_k_groups in calls up
+    // to fused_k_groups_max_slots, or fewer where it does not fit; else 1).
     int fused_k_groups_in_flight() const { return call_k_groups_; }
 
     // Token tiles per m-block from the expected rows per active expert (the tok_e rule): 1 up to 5 rows,
