@@ -91,6 +91,11 @@ struct DecodeParams {
 };
 static_assert(sizeof(DecodeParams) == 184, "DecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
+template <int N>
+struct TileCount {
+    static constexpr int value = N;
+};
+
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
 constexpr int kDecodeBlocks = 8;     // row-blocks per super-block (decode_mma16)
 
@@ -795,6 +800,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     // Two accumulator sets (even / odd k16 steps) halve the dependent MMA chain per stage where the
     // registers allow; they are summed at the end of an item.
     constexpr bool kDual = kTiles <= 2;
+    constexpr bool kTileDispatch = kFused && kTiles == 2 && kFormat == kFormatInt4 && !kMaskK;
     float acc[2][kTiles][4], acc2[2][kTiles][4];
     int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1, c_claim = 0;
     bool c_gu = kMode == 0;  // the item is a gate_up item (fused: from the stage header)
@@ -890,8 +896,16 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         if constexpr (kMode == 1) {
             if (c_q == c_nst - 1 && pend_check) finish_counters();
         }
-        if (c_act && !kSkipMath) {
-#pragma unroll
+        // The stage's math for the first NT token tiles; NT = 0: all kTiles tiles, the later ones predicated
+        // (semi-static tiling). ptxas wraps each predicated mma.sync in WARPSYNCs (2.5 per weight word with
+        // two tiles), so where kTileDispatch holds the tile count is dispatched once per stage instead, to a
+        // copy without predicates (below; perf notes §20: K2 decode 50 -2.4%). Elsewhere the second copy
+        // costs spills (MXFP4, the K mask, the unfused kernels), so they keep the predicates.
+        auto stage_math = [&](auto nt) {
+            constexpr int NT = decltype(nt)::value;
+            constexpr int kUse = NT > 0 ? NT : kTiles;
+            // the one-tile copy in a two-tile kernel runs its records as a loop: unrolled, it spills
+#pragma unroll(NT == 1 && kTiles > 1 ? 1 : kRecs)
             for (int j = 0; j < kRecs; ++j) {
                 const u32 rec = st + j * kRec;
                 u32 words[2][4], m[2][4];
@@ -902,8 +916,8 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 for (int c = 0; c < 2; ++c) {
                     u32 b[kTiles][4];
 #pragma unroll
-                    for (int ti = 0; ti < kTiles; ++ti) {
-                        if (ti == 0 || ti < c_ntiles)
+                    for (int ti = 0; ti < kUse; ++ti) {
+                        if (NT > 0 || ti == 0 || ti < c_ntiles)
                             ldmatrix_x4(st + x_off + ti * (8 * SM::kXStride) + j * 128 + c * 64, b[ti][0], b[ti][1], b[ti][2],
                                         b[ti][3]);
                     }
@@ -914,14 +928,24 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                             u32 a[4];
                             dequant_word<kFormat, kWideScale>(words[h][2 * c + s2], m[h][2 * c], m[h][2 * c + 1], a);
 #pragma unroll
-                            for (int ti = 0; ti < kTiles; ++ti) {
-                                if (ti == 0 || ti < c_ntiles)
+                            for (int ti = 0; ti < kUse; ++ti) {
+                                if (NT > 0 || ti == 0 || ti < c_ntiles)
                                     mma_bf16_16816(kDual && s2 ? acc2[h][ti] : acc[h][ti], a[0], a[1], a[2], a[3],
                                                    b[ti][2 * s2], b[ti][2 * s2 + 1]);
                             }
                         }
                     }
                 }
+            }
+        };
+        if (c_act && !kSkipMath) {
+            if constexpr (kTiles == 1) {
+                stage_math(TileCount<1>{});
+            } else if constexpr (kTileDispatch) {
+                if (c_ntiles >= kTiles) stage_math(TileCount<kTiles>{});
+                else stage_math(TileCount<1>{});
+            } else {
+                stage_math(TileCount<0>{});
             }
         }
         // This warp is done reading the stage.
