@@ -91,11 +91,6 @@ struct DecodeParams {
 };
 static_assert(sizeof(DecodeParams) == 184, "DecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
-template <int N>
-struct TileCount {
-    static constexpr int value = N;
-};
-
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
 constexpr int kDecodeBlocks = 8;     // row-blocks per super-block (decode_mma16)
 
@@ -940,12 +935,12 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         };
         if (c_act && !kSkipMath) {
             if constexpr (kTiles == 1) {
-                stage_math(TileCount<1>{});
+                stage_math(IntTag<1>{});
             } else if constexpr (kTileDispatch) {
-                if (c_ntiles >= kTiles) stage_math(TileCount<kTiles>{});
-                else stage_math(TileCount<1>{});
+                if (c_ntiles >= kTiles) stage_math(IntTag<kTiles>{});
+                else stage_math(IntTag<1>{});
             } else {
-                stage_math(TileCount<0>{});
+                stage_math(IntTag<0>{});
             }
         }
         // This warp is done reading the stage.

@@ -13,8 +13,9 @@
 // in shared memory when it fits in the ring, loaded once for all super-blocks). One of the two is 1.
 //
 // Pipelining (wgmma is asynchronous): each 64-wide record is one commit group of four k16 wgmmas; the
-// next record's shared-memory loads and dequantisation run while it is in flight (wait_group 1 after
-// each commit retires the record before). The last record of a step may still be reading its slots
+// next record's shared-memory loads and dequantisation run while it is in flight (down: wait_group 1
+// after each commit retires the record before; gate_up: wait_group 2, two records in flight, three A
+// buffers). The last record of a step may still be reading its slots
 // during the next step, so a step refills the slots of the step two back (after the CTA barrier, every
 // warp has retired it): kStages - 2 weight steps and kXS - 2 token steps are prefetched. One record per
 // step (K padded to 64 but not to 128) uses a single A buffer and waits for each group (wait_group 0).
@@ -208,7 +209,11 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
         }
     };
 
-    constexpr int kBufs = kRecs == 2 ? 2 : 1;
+    // A buffers: with two records per step, gate_up keeps two wgmma groups in flight (three buffers,
+    // wait_group 2) while it dequantises the next record; down keeps one (its registers leave no room).
+    // Buffer of record r of step i: (2 i + r) % kBufs, a compile-time index in the step loop unrolled by
+    // kBufs (below), so the buffers stay in registers.
+    constexpr int kBufs = kRecs == 2 ? (kMode == 0 ? 3 : 2) : 1;
     const u64 desc_x = wgmma::desc_sw128(sbase);  // token tile of slot 0, record 0, k16 step 0
     u32 a[kBufs][4][4];
     int ws = 0, xs = 0;
@@ -216,8 +221,8 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
     int wp = kStages - 2, xp = kXS - 2;  // slots refilled this step: those of the step two back
     int kq = 0, sbi = sb0;               // K step within the super-block, the super-block
     wgmma::fence();
-#pragma unroll 1
-    for (int i = 0; i < total; ++i) {
+    // step i; boff: the buffer of its first record
+    auto step = [&](int i, auto boff) {
         const int xslot = resident ? kq : xs;
         mbar_wait(wbars + 8 * ws, wph);
         mbar_wait(xbars + 8 * xslot, resident ? 0u : xph);
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
 #pragma unroll
             for (int r = 0; r < kRecs; ++r) {
                 const u64 desc = desc_x + ((xslot * SM::kXTile + r * kBM * 128) >> 4);
-                u32(&ar)[4][4] = a[r % kBufs];
+                u32(&ar)[4][4] = a[(decltype(boff)::value + r) % kBufs];
                 const bool first = kNsb > 1 && r == 0 && kq == 0;  // (one super-block: zeroed before the loop)
 #pragma unroll
                 for (int s = 0; s < 4; ++s)
@@ -248,11 +253,7 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
                     load_block<kFormat, kWideScale>(st0 + (r + 1) * kRec + w_off, st0 + (r + 1) * kRec + s_off, words[r + 1],
                                                     m[r + 1]);
                 wgmma::commit();
-                if constexpr (kBufs == 2) {
-                    wgmma::wait<1>();
-                } else {
-                    wgmma::wait<0>();
-                }
+                wgmma::wait<kBufs - 1>();
             }
         }
         ring_advance(ws, wph, kStages);
@@ -268,6 +269,20 @@ __global__ void __launch_bounds__(kPrefillThreads * kPar, kPar == 1 ? 2 : 1) moe
                 wgmma::fence();
             }
         }
+    };
+    if constexpr (kBufs == 3) {
+        int i = 0;
+#pragma unroll 1
+        for (; i + 3 <= total; i += 3) {
+            step(i, IntTag<0>{});
+            step(i + 1, IntTag<2>{});
+            step(i + 2, IntTag<1>{});
+        }
+        if (i < total) step(i, IntTag<0>{});
+        if (i + 1 < total) step(i + 1, IntTag<2>{});
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < total; ++i) step(i, IntTag<0>{});
     }
     if constexpr (kNsb == 1) {
         if (live) {
