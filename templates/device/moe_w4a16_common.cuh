@@ -37,13 +37,13 @@ namespace kiln_dev {
 namespace moe {
 
 enum : int { kFormatInt4 = 0, kFormatMxfp4 = 1 };
+enum : int { kActSiluGlu = 0, kActSituGlu = 1 };
 
 // A compile-time int handed to a generic lambda (decltype(arg)::value).
 template <int N>
 struct IntTag {
     static constexpr int value = N;
 };
-enum : int { kActSiluGlu = 0, kActSituGlu = 1 };
 
 // ---- PTX wrappers ----------------------------------------------------------------------------------
 
