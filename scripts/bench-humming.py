@@ -7,7 +7,8 @@ Humming's indexed MoE layers (compressed-tensors pack-quantized INT4 or mxfp4-pa
 random values, the same number of rotated weight copies as kiln so weights are not L2-resident), and
 times gate_up + down with CUDA events (median). The activation between them and the top-k combine
 after them are timed separately (Humming does not fuse them). Prints one line per scenario and a
-comparison table; --json writes the numbers.
+comparison table; --json writes the numbers. With kiln's --warm-ms (or --warm-ms here), each scenario first
+runs back to back for that long, so both are timed at the board's power limit.
 
 Environment: HUMMING_CACHE_DIR / HUMMING_TMP_DIR should point at writable scratch directories.
 """
@@ -87,6 +88,8 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--only", default="")
+    ap.add_argument("--warm-ms", type=int, default=-1,
+                    help="run each scenario back to back this long before timing it (default: kiln's warm_ms)")
     args = ap.parse_args()
 
     kiln_all = json.load(open(args.kiln_json))
@@ -213,6 +216,14 @@ def run_phase(args, kiln, compute_config, results):
             down(c % p["copies"])
             post()
         torch.cuda.synchronize()
+        warm_ms = args.warm_ms if args.warm_ms >= 0 else int(p["kr"].get("warm_ms", 0))
+        t_warm = time.time()
+        while (time.time() - t_warm) * 1e3 < warm_ms:  # the same sustained state as kiln's --warm-ms
+            for c in range(p["copies"]):
+                gate_up(c)
+                down(c)
+                post()
+            torch.cuda.synchronize()
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(4 * args.iters)]
         for it in range(args.iters):
             c = it % p["copies"]
@@ -228,7 +239,7 @@ def run_phase(args, kiln, compute_config, results):
         dn_us = statistics.median(ev[4 * i + 1].elapsed_time(ev[4 * i + 2]) * 1e3 for i in range(args.iters))
         tot_us = statistics.median(ev[4 * i].elapsed_time(ev[4 * i + 2]) * 1e3 for i in range(args.iters))
         post_us = statistics.median(ev[4 * i + 2].elapsed_time(ev[4 * i + 3]) * 1e3 for i in range(args.iters))
-        r = dict(name=p["kr"]["name"], us=tot_us, us_gate_up=gu_us, us_down=dn_us, us_act_combine=post_us,
+        r = dict(name=p["kr"]["name"], us=tot_us, us_gate_up=gu_us, us_down=dn_us, us_act_combine=post_us, warm_ms=warm_ms,
                  block_m=p["bm"], cfg_gate_up=str(p["cfg_gu"]), cfg_down=str(p["cfg_dn"]))
         results.append(r)
         print(f"# humming {r['name']:<22} gate_up {gu_us:8.1f} us  down {dn_us:8.1f} us  gate_up+down {tot_us:8.1f} us"
