@@ -105,14 +105,17 @@ const llvm::Target& lookup_target(const std::string& triple) {
 }
 
 // Where clang's builtin headers (stddef.h, stdint.h, ...) live: lib/clang/<version> under the
-// LLVM install kiln was built against; "" when that is absent (a relocated bundle). The kiln
-// templates need none of them.
+// LLVM install kiln was built against (the full version up to LLVM 15, the major one from 16);
+// "" when that is absent (a relocated bundle). The kiln templates need none of them.
 const std::string& resource_dir() {
     static const std::string dir = [] {
-        std::string d = fmt::format("{}/clang/{}", KILN_LLVM_LIBDIR, LLVM_VERSION_STRING);
-        std::error_code ec;
-        if (std::filesystem::is_directory(d + "/include", ec)) return d;
-        log::debug("clang builtin headers not found at {}/include: host kernels see no builtin headers", d);
+        for (const std::string v : {std::string(LLVM_VERSION_STRING), std::to_string(LLVM_VERSION_MAJOR)}) {
+            std::string d = fmt::format("{}/clang/{}", KILN_LLVM_LIBDIR, v);
+            std::error_code ec;
+            if (std::filesystem::is_directory(d + "/include", ec)) return d;
+        }
+        log::debug("clang builtin headers not found under {}/clang: host kernels see no builtin headers",
+                   KILN_LLVM_LIBDIR);
         return std::string();
     }();
     return dir;
@@ -128,6 +131,19 @@ HostTarget HostTarget::detect() {
     t.triple = llvm::sys::getProcessTriple();
     t.cpu = llvm::sys::getHostCPUName().str();
     t.features = host_feature_list();
+    // A CPU newer than this LLVM is reported as "generic", which clang does not accept as an x86 CPU
+    // name. Fall back to the architecture's baseline name: the detected features (in the key) still
+    // describe the machine, so the code uses what the CPU has.
+    const std::string arch = t.triple.substr(0, t.triple.find('-'));
+    const bool x86 = arch == "x86_64" || arch == "i686" || arch == "i386";
+    const llvm::Target& target = lookup_target(t.triple);
+    std::unique_ptr<llvm::MCSubtargetInfo> base(target.createMCSubtargetInfo(t.triple, "", ""));
+    if ((x86 && t.cpu == "generic") || (base && !base->isCPUStringValid(t.cpu))) {
+        const std::string fallback = arch == "x86_64" ? "x86-64" : x86 ? "i686" : "generic";
+        log::debug("host CPU '{}' is unknown to LLVM {}; compiling for '{}' with the detected features", t.cpu,
+                   LLVM_VERSION_STRING, fallback);
+        t.cpu = fallback;
+    }
     return t;
 }
 
