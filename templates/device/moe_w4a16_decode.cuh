@@ -204,7 +204,7 @@ constexpr int kCombineUnits = 2;  // combine: units (8-column chunks of one toke
 
 __host__ __device__ constexpr int align16(int b) { return (b + 15) / 16 * 16; }
 // Shared memory of the fused kernel past its ring: m-block descriptors (int2), the slot of every
-// sorted row (u16), then two flags of the combine's wait. The host mirrors both sizes
+// sorted row (u16), then the combine's two wait flags and its finished-warp count. The host mirrors both sizes
 // (jit/family_moe_w4a16.cpp).
 __host__ __device__ constexpr int fused_route_area_bytes(int cap, int block_m) {
     return align16(cap * 8 + cap * block_m * 2) + 16;
@@ -310,7 +310,7 @@ __device__ int fused_route(const FusedDecodeParams& fp, int slots, unsigned char
     }
     if (tid == 0) {
         int* flags = fused_flags(smem, ring, fp.mblock_cap, kBM);
-        flags[0] = flags[1] = 0;
+        flags[0] = flags[1] = flags[2] = 0;
     }
     __syncthreads();
     return total;
@@ -446,11 +446,15 @@ __device__ __forceinline__ void fused_combine(const FusedDecodeParams& fp, int n
         }
     }
     // Every claim and wait of this warp precedes its increment; the last warp out re-zeroes the counters.
+    // The warps of a CTA count in shared memory (flags[2]) and the CTA's last one counts the CTA in
+    // work[1]: the warps end together, and one global word taking every warp's atomic serialised them.
     if (lane == 0) {
         if (trace_end) atomicMax(reinterpret_cast<unsigned long long*>(trace_end), static_cast<unsigned long long>(globaltimer()));
         __threadfence();
+        if (atomicAdd_block(flags + 2, 1) != kFusedWarps - 1) return;
+        __threadfence();
         const int done = atomicAdd(work + 1, 1);
-        if (done == kFusedWarps * static_cast<int>(gridDim.x) - 1) {
+        if (done == static_cast<int>(gridDim.x) - 1) {
             for (int mb = 0; mb < nmb; ++mb) fp.gu_done[mb] = 0;
             *fp.dn_done = 0;
             atomicExch(work, 0);
