@@ -326,6 +326,11 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
          2048, "hot", 4},
         {"K2 shapes", F::int4_g32_bf16, silu, 7168, 2048, 16, 8, 6, "uniform", 1},
         {"K3 shapes", F::mxfp4_g32_e8m0, situ, 3584, 3072, 24, 16, 3, "uniform", 1},
+        // TP8-sliced expert shapes (intermediate / 8): down's K is 256 (K2) or 384 (K3).
+        {"K2 TP8 slice", F::int4_g32_bf16, silu, 7168, 256, 16, 8, 6, "uniform", 1},
+        {"K3 TP8 slice", F::mxfp4_g32_e8m0, situ, 3584, 384, 24, 16, 3, "uniform", 1},
+        {"prefill K2 TP8 slice, 512 tokens", F::int4_g32_bf16, silu, 7168, 256, 4, 2, 512, "skewed", 4},
+        {"prefill K3 TP8 slice, 512 tokens", F::mxfp4_g32_e8m0, situ, 3584, 384, 4, 2, 512, "skewed", 4},
     };
     for (const Case& c : cases) run_case(c);
 }

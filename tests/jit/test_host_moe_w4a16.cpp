@@ -250,6 +250,22 @@ TEST_CASE("moe_w4a16 host layer matches the CPU reference") {
     for (const Case& c : cases) run_case(loader, c);
 }
 
+TEST_CASE("moe_w4a16 host layer on the K2 and K3 expert shapes, whole (EP) and TP8-sliced") {
+    HostKernelLoader loader;
+    using F = W4Format;
+    const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
+    // Real hidden / intermediate sizes; few experts and tokens keep the reference cheap.
+    const Case cases[] = {
+        {"K2 expert 7168 x 2048", F::int4_g32_bf16, silu, 7168, 2048, 4, 2, 3, "uniform", 1},
+        {"K2 TP8 slice 7168 x 256", F::int4_g32_bf16, silu, 7168, 256, 8, 4, 5, "skewed", 1},
+        {"K3 expert 3584 x 3072", F::mxfp4_g32_e8m0, situ, 3584, 3072, 4, 2, 3, "uniform", 1},
+        {"K3 TP8 slice 3584 x 384", F::mxfp4_g32_e8m0, situ, 3584, 384, 8, 4, 5, "skewed", 1},
+    };
+    for (const Case& c : cases) run_case(loader, c);
+    run_case(loader, {"prefill K2 TP8 slice", F::int4_g32_bf16, silu, 7168, 256, 4, 2, 40, "uniform", 0}, true);
+    run_case(loader, {"prefill K3 TP8 slice", F::mxfp4_g32_e8m0, situ, 3584, 384, 4, 2, 40, "uniform", 0}, true);
+}
+
 TEST_CASE("moe_w4a16 host layer in the prefill configuration (block_m 64) matches the CPU reference") {
     HostKernelLoader loader;
     using F = W4Format;
