@@ -334,8 +334,8 @@ void run_bench(const BenchOptions& o) {
                           stream.handle());
         stream.synchronize();
         if (o.warm_ms > 0) {
-            // Sustained state first: under back-to-back load the board reaches its power limit within tens of
-            // milliseconds and lowers the SM clock (perf notes §21); the loops below then time that state.
+            // Sustained state first: under back-to-back load the board reaches its power limit and lowers the
+            // SM clock (perf notes §21); the loops below then time that state.
             const auto t0 = std::chrono::steady_clock::now();
             while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.warm_ms)) {
                 for (int c = 0; c < copies; ++c)
