@@ -20,20 +20,13 @@
 #include <vector>
 
 #include "device/moe_w4a16_common.cuh"
+#include "cuda_check.cuh"
 #include "device/wgmma.cuh"
 
 using namespace kiln_dev::moe;
 using kiln_dev::u32;
 using kiln_dev::u64;
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        cudaError_t e_ = (x);                                                               \
-        if (e_ != cudaSuccess) {                                                            \
-            std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                   \
-        }                                                                                   \
-    } while (0)
 
 enum Mode : int { kDequant = 0, kMma1, kMma2, kMma2Only, kWgmma16, kWgmma8 };
 const char* const kModeNames[] = {"dequant", "mma1", "mma2", "mma2only", "wgmma16", "wgmma8"};

@@ -38,20 +38,13 @@
 #include <vector>
 
 #include "harness_kernels.cuh"
+#include "cuda_check.cuh"
 #include "jit/moe_w4a16_schedule.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 
 using namespace kiln::jit::moe;
 using harness::DecodeKernel;
 
-#define CK(x)                                                                                             \
-    do {                                                                                                  \
-        cudaError_t err_ = (x);                                                                           \
-        if (err_ != cudaSuccess) {                                                                        \
-            std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(err_)); \
-            std::exit(3);                                                                                 \
-        }                                                                                                 \
-    } while (0)
 
 namespace {
 

@@ -11,19 +11,12 @@
 #include <vector>
 
 #include "device/moe_w4a16_common.cuh"
+#include "cuda_check.cuh"
 
 using namespace kiln_dev::moe;
 using kiln_dev::u32;
 using kiln_dev::u64;
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
-            std::exit(1);                                                                       \
-        }                                                                                       \
-    } while (0)
 
 struct Args {
     const unsigned char* base;
