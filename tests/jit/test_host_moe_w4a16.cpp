@@ -2,7 +2,7 @@
 // builds the m-block structure the GEMMs read, and the whole layer (routing, gate_up + GLU, down +
 // combine) matches the CPU reference (model/reference routed_experts on the checkpoint weights
 // dequantised exactly) within bf16 tolerance for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
-// expert and odd sizes, in the decode configurations and in the prefill one (block_m 64 routing, the
+// expert, odd sizes and the K2 / K3 expert shapes (whole and TP8-sliced), in the decode configurations and in the prefill one (block_m 64 routing, the
 // prefill gate_up and down-rows kinds, combine), and the combine alone with rows at their slot positions or
 // in slot order. Outputs are poisoned (NaN) before every run; every layer case
 // runs twice (the layer must leave its accumulator clean).
@@ -246,24 +246,14 @@ TEST_CASE("moe_w4a16 host layer matches the CPU reference") {
         {"no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 1},
         {"odd sizes int4", F::int4_g32_bf16, silu, 224, 96, 5, 2, 33, "uniform", 1},
         {"odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
-    };
-    for (const Case& c : cases) run_case(loader, c);
-}
-
-TEST_CASE("moe_w4a16 host layer on the K2 and K3 expert shapes, whole (EP) and TP8-sliced") {
-    HostKernelLoader loader;
-    using F = W4Format;
-    const auto silu = MoeActivation::silu_glu, situ = MoeActivation::situ_glu;
-    // Real hidden / intermediate sizes; few experts and tokens keep the reference cheap.
-    const Case cases[] = {
+        // The K2 / K3 expert shapes, whole (an EP slice) and TP8-sliced; few experts and tokens keep the
+        // reference cheap.
         {"K2 expert 7168 x 2048", F::int4_g32_bf16, silu, 7168, 2048, 4, 2, 3, "uniform", 1},
         {"K2 TP8 slice 7168 x 256", F::int4_g32_bf16, silu, 7168, 256, 8, 4, 5, "skewed", 1},
         {"K3 expert 3584 x 3072", F::mxfp4_g32_e8m0, situ, 3584, 3072, 4, 2, 3, "uniform", 1},
         {"K3 TP8 slice 3584 x 384", F::mxfp4_g32_e8m0, situ, 3584, 384, 8, 4, 5, "skewed", 1},
     };
     for (const Case& c : cases) run_case(loader, c);
-    run_case(loader, {"prefill K2 TP8 slice", F::int4_g32_bf16, silu, 7168, 256, 4, 2, 40, "uniform", 0}, true);
-    run_case(loader, {"prefill K3 TP8 slice", F::mxfp4_g32_e8m0, situ, 3584, 384, 4, 2, 40, "uniform", 0}, true);
 }
 
 TEST_CASE("moe_w4a16 host layer in the prefill configuration (block_m 64) matches the CPU reference") {
@@ -277,6 +267,8 @@ TEST_CASE("moe_w4a16 host layer in the prefill configuration (block_m 64) matche
         {"prefill half empty", F::mxfp4_g32_e8m0, silu, 160, 96, 16, 4, 150, "half_empty", 0},
         {"prefill odd sizes", F::int4_g32_bf16, silu, 224, 96, 5, 2, 133, "uniform", 0},
         {"prefill no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 0},
+        {"prefill K2 TP8 slice 7168 x 256", F::int4_g32_bf16, silu, 7168, 256, 4, 2, 40, "uniform", 0},
+        {"prefill K3 TP8 slice 3584 x 384", F::mxfp4_g32_e8m0, situ, 3584, 384, 4, 2, 40, "uniform", 0},
     };
     for (const Case& c : cases) run_case(loader, c, true);
 }
