@@ -405,8 +405,8 @@ void run_bench(const BenchOptions& o) {
             }
         }
         const double us_fwd = median(tf);
-        // The per-stage loop again, right after that sustained load: the board slows some kernels after tens
-        // of milliseconds of back-to-back calls (perf notes §20), which a serving process sees.
+        // The per-stage loop again, right after that sustained load: back-to-back calls bring the board to its
+        // power limit, which lowers the SM clock (perf notes §21), as a serving process sees it.
         stage_loop();
         const double us_sustained = median(tt);
         if (!o.trace_dir.empty() && layer.uses_fused()) {
