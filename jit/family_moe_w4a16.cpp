@@ -40,9 +40,8 @@ uint32_t checked_kind_bits(const KernelDescriptor& in) {
         throw InvalidArgument(fmt::format("moe_w4a16: unknown kernel kind (flags {:#x})", f));
     if ((f & MoeW4A16Family::k_flag_prefill) && lo > 1)
         throw InvalidArgument(fmt::format("moe_w4a16: only gate_up and down have a prefill kernel (flags {:#x})", f));
-    if ((f & MoeW4A16Family::k_flag_wgmma) && !(f & (MoeW4A16Family::k_flag_prefill | MoeW4A16Family::k_flag_fused)))
-        throw InvalidArgument(fmt::format(
-            "moe_w4a16: only the prefill GEMMs and the fused decode kernel have a warpgroup-MMA version (flags {:#x})", f));
+    if ((f & MoeW4A16Family::k_flag_wgmma) && !(f & MoeW4A16Family::k_flag_prefill))
+        throw InvalidArgument(fmt::format("moe_w4a16: only the prefill GEMMs have a warpgroup-MMA version (flags {:#x})", f));
     if ((f & MoeW4A16Family::k_flag_wide) && !(f & MoeW4A16Family::k_flag_wgmma))
         throw InvalidArgument(fmt::format("moe_w4a16: the wide CTA is a warpgroup-MMA prefill shape (flags {:#x})", f));
     return f & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi | MoeW4A16Family::k_flag_prefill);
@@ -141,18 +140,14 @@ const char* host_format_param(WeightFormat f) {
 }  // namespace
 
 // One stage: kRecs records, the token tile, a 32-byte header; per group two mbarriers per stage.
-// Swizzled (the warpgroup-MMA consumers): records padded to 1 KB, token rows of 128 bytes per record,
-// the headers in the group's tail after the mbarriers, rounded up to 1 KB.
-int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs, bool swizzled) {
-    if (swizzled) return round_up(recs * record_bytes(f), 1024) + recs * 8 * tiles * 128;
+int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs) {
     const int x_stride = 128 * recs + 16;
     const int meta = recs * record_bytes(f) + 8 * tiles * x_stride;
     return round_up(meta + 32, 128);
 }
 
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool swizzled) {
-    const int tail = swizzled ? round_up(48 * stages, 1024) : round_up(16 * stages, 128);
-    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs, swizzled) + tail;
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs) {
+    const int group = stages * moe_w4a16_stage_bytes(f, tiles, recs) + round_up(16 * stages, 128);
     return static_cast<uint32_t>(4 * group);
 }
 
@@ -245,9 +240,9 @@ int prefill_superblocks_per_cta(int n, int k) {
     return superblocks_in_sequence(n, round_up(k, 64) / (64 * recs), 16);
 }
 
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool swizzled) {
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs) {
     return deepest_ring(8, 2, static_cast<uint32_t>(k_smem_limit),
-                        [&](int s) { return moe_w4a16_gemm_smem(f, tiles, s, recs, swizzled); });
+                        [&](int s) { return moe_w4a16_gemm_smem(f, tiles, s, recs); });
 }
 
 KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const {
@@ -367,10 +362,8 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
     // Four records per stage where K (the fused kernel: down's K too) and a two-stage ring allow
     // (measured on H200, perf notes §16: -3 to -6% where the consumers are busiest, neutral elsewhere).
     const bool fused = (in.config.flags & k_flag_fused) != 0;
-    // the fused kernel's warpgroup-MMA consumers (requested; sm_90a, up to two token tiles)
-    const bool wg = fused && (in.config.flags & k_flag_wgmma) && has_wgmma(in.target) && tiles <= 2;
     if (in.config.block_k == 0 && k_pad % 256 == 0 && (!fused || (in.n / 2) % 256 == 0) &&
-        moe_w4a16_gemm_smem(in.weight_format, tiles, in.config.stages ? in.config.stages : 2, 4, wg) <=
+        moe_w4a16_gemm_smem(in.weight_format, tiles, in.config.stages ? in.config.stages : 2, 4) <=
             static_cast<uint32_t>(k_smem_limit))
         recs = 4;
     if (which == MoeW4A16Kernel::gate_up) {
@@ -388,10 +381,9 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
                                               "multiple of gate_up's {}-input stages",
                                               in.n, in.k, in.n / 2, 64 * recs));
         d.config.flags |= k_flag_fused;
-        if (wg) d.config.flags |= k_flag_wgmma;
     }
-    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs, wg);
-    if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs, wg) > static_cast<uint32_t>(k_smem_limit))
+    int stages = in.config.stages ? in.config.stages : moe_w4a16_default_stages(in.weight_format, tiles, recs);
+    if (stages < 2 || moe_w4a16_gemm_smem(in.weight_format, tiles, stages, recs) > static_cast<uint32_t>(k_smem_limit))
         throw InvalidArgument(fmt::format("moe_w4a16: {} stages of {} token tiles do not fit in shared memory", stages, tiles));
     d.config.block_m = static_cast<uint16_t>(8 * tiles);
     d.config.block_n = k_superblock_rows;
@@ -422,7 +414,7 @@ uint32_t MoeW4A16Family::max_dynamic_smem(const KernelDescriptor& d) const {
         default:
             // the fused kernel adds its routing per call (fused_call_smem): opt in to everything
             if (d.config.flags & k_flag_fused) return static_cast<uint32_t>(k_smem_limit);
-            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64, false);
+            return moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
     }
 }
 
@@ -487,10 +479,9 @@ DeviceSource MoeW4A16Family::device_source(const KernelDescriptor& d) const {
             const int sched = (d.config.flags & k_flag_dynamic) ? 1 : 0;
             if (d.config.flags & k_flag_fused) {
                 s.file_name = "moe_w4a16_fused.cu";
-                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode_fused<{}, {}, {}, {}, {}, {}, {}, {}>",
+                s.name_expr = fmt::format("&kiln_dev::moe::moe_w4a16_decode_fused<{}, {}, {}, {}, {}, {}, {}>",
                                           format_param(d.weight_format), wide, situ ? 1 : 0, mask, d.config.block_m / 8,
-                                          d.config.stages, d.config.block_k / 64,
-                                          (d.config.flags & k_flag_wgmma) ? "true" : "false");
+                                          d.config.stages, d.config.block_k / 64);
                 s.source = fmt::format("// {}\n#include \"device/moe_w4a16_decode.cuh\"\n", to_string(d));
                 return s;
             }
@@ -580,10 +571,9 @@ bool MoeW4A16Family::fusable(int n, int k, int block_k) {
 }
 
 KernelDescriptor MoeW4A16Family::fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles,
-                                       Target target, int stages, int block_k, bool wgmma) {
+                                       Target target, int stages, int block_k) {
     KernelDescriptor d = gemm(MoeW4A16Kernel::gate_up, gate_up, act, tiles, target, MoeW4A16Schedule::dynamic);
     d.config.flags |= k_flag_fused;
-    if (wgmma) d.config.flags |= k_flag_wgmma;
     if (stages < 0 || stages > 255) throw InvalidArgument(fmt::format("moe_w4a16: {} decode stages", stages));
     d.config.stages = static_cast<uint8_t>(stages);
     d.config.block_k = static_cast<uint16_t>(block_k);
@@ -614,8 +604,7 @@ uint32_t MoeW4A16Family::fused_call_smem(const KernelDescriptor& d, int64_t slot
     // (templates/device/moe_w4a16_decode.cuh)
     constexpr int64_t warps = k_threads / 32;
     const auto a16 = [](int64_t b) { return (b + 15) / 16 * 16; };
-    const int64_t ring = moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64,
-                                             (d.config.flags & k_flag_wgmma) != 0);
+    const int64_t ring = moe_w4a16_gemm_smem(d.weight_format, d.config.block_m / 8, d.config.stages, d.config.block_k / 64);
     const int64_t area = a16(int64_t(mblock_cap) * 8 + int64_t(mblock_cap) * d.config.block_m * 2) + 16 +
                          (k_groups > 1 ? 16 + (4 - 4 / k_groups) * 4 * (d.config.block_m / 8) * 1024 : 0);
     const int64_t scratch = 2 * a16(2 * slots) + a16(2 * warps * experts) + a16(4 * int64_t(experts)) + 4 * 33;

@@ -33,9 +33,7 @@
 // Flag bit 9 on a dynamic gate_up names the fused decode kernel (moe_w4a16_decode_fused): the routing
 // (computed by every CTA in its shared memory), every gate_up item, every down item in the rows mode and
 // the combine, in one persistent launch (the down matrix is the gate_up one transposed in shape: n =
-// hidden padded, k = n / 2); device target only. Flag bit 10 on it (sm_90a, block_m 8 or 16): its
-// consumers issue wgmma m64n8k16 / m64n16k16 (A the dequantised registers of a warp group's four warps,
-// B the token tile in the 128-byte swizzle) instead of mma.sync; its ring has that tile layout.
+// hidden padded, k = n / 2); device target only.
 // M is never baked in. The decode GEMMs run one persistent CTA of 640 threads per SM (grid = SM
 // count); the prefill GEMMs two CTAs of 256 threads per SM (stages: the deepest weight ring under
 // 112 KB of shared memory, as prefill_default_stages<> computes it for its block_k), the
@@ -137,10 +135,9 @@ public:
     // The fused decode kernel (gate_up + down rows, dynamic schedule) for these gate_up weights.
     // stages / block_k: the ring depth and inputs per stage (64, 128 or 256); 0 = the defaults (256
     // where K, down's K and a two-stage ring allow, else 128 where K allows, else 64; the deepest ring
-    // that fits). wgmma: its consumers issue warpgroup MMAs (flag bit 10), where the target is sm_90a and
-    // the m-blocks have up to two token tiles (elsewhere the request is dropped).
+    // that fits).
     static KernelDescriptor fused(const moe::PreparedMoeWeights& gate_up, MoeActivation act, int tiles, Target target,
-                                  int stages = 0, int block_k = 0, bool wgmma = false);
+                                  int stages = 0, int block_k = 0);
     // Dynamic shared memory of one fused call of `slots` routed slots (M x topk, ids of other ranks
     // included) over `experts` local experts with `mblock_cap` m-blocks: the ring, then the routing
     // (m-block descriptors, the slot of every sorted row); the routing's scratch lives in the ring's
@@ -167,11 +164,10 @@ public:
     static KernelDescriptor dequant(const moe::PreparedMoeWeights& w, Target target);
 };
 
-// Shared memory of the decode GEMMs, mirroring templates/device/moe_w4a16_decode.cuh (DecodeSmem; swizzled:
-// the token tile of the fused kernel's warpgroup-MMA consumers).
-int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs, bool swizzled = false);
-int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs, bool swizzled = false);
-uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs, bool swizzled = false);
+// Shared memory of the decode GEMMs, mirroring templates/device/moe_w4a16_decode.cuh.
+int moe_w4a16_stage_bytes(WeightFormat f, int tiles, int recs);
+int moe_w4a16_default_stages(WeightFormat f, int tiles, int recs);
+uint32_t moe_w4a16_gemm_smem(WeightFormat f, int tiles, int stages, int recs);
 // Shared memory of the prefill GEMMs (block_m 64, `recs` 64-wide records per K step), mirroring
 // prefill_smem_bytes / prefill_default_stages of templates/device/moe_w4a16_prefill.cuh; the limit keeps
 // two CTAs per SM.

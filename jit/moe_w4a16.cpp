@@ -160,7 +160,7 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         // The fused kernel routes in shared memory: calls up to fused_max_slots_ routed slots fit (the
         // routing area grows with the m-block capacity); larger ones take the unfused kernels.
         const KernelDescriptor fd =
-            MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k, opt.fused_wgmma);
+            MoeW4A16Family::fused(gate_up, opt.act, tiles_, target, opt.decode_stages, opt.decode_block_k);
         const auto fits = [&](int64_t s, int k_groups) {
             return MoeW4A16Family::fused_call_smem(fd, s, experts_, mblock_capacity(s, experts_, 8 * tiles_), opt.topk,
                                                    k_groups) > 0;

@@ -104,10 +104,6 @@ struct MoeW4A16Options {
     // K2 decode 20 (160 slots) and K3 batch 32 / 128 slower.
     int fused_k_groups = 4;
     int64_t fused_k_groups_max_slots = 128;
-    // The fused kernel's consumers issue warpgroup MMAs (wgmma m64n8k16 / m64n16k16) instead of one
-    // mma.sync per token tile and warp, where the device is sm_90a and m-blocks have up to two token
-    // tiles. Measured on H200 (perf notes §24): 6-14% slower than mma.sync on every decode scenario.
-    bool fused_wgmma = false;
 };
 
 class MoeW4A16 {

@@ -428,10 +428,7 @@ void run_bench(const BenchOptions& o) {
                                                    ? ((pf & MoeW4A16Family::k_flag_wide) ? "wgmma wide " : "wgmma ")
                                                    : "",
                                                layer.prefill_block_m_in_flight())
-            : layer.uses_fused() ? fmt::format("decode bm={} fused{}+rows{}", 8 * layer.tiles(),
-                                               (layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma)
-                                                   ? " wgmma"
-                                                   : "",
+            : layer.uses_fused() ? fmt::format("decode bm={} fused+rows{}", 8 * layer.tiles(),
                                                layer.fused_k_groups_in_flight() > 1
                                                    ? fmt::format(" kg{}", layer.fused_k_groups_in_flight())
                                                    : "")
@@ -560,10 +557,6 @@ void add_moe_bench(CLI::App& bench) {
                     "or 4; fewer where K or the shared memory do not allow)")
         ->envname("KILN_BENCH_MOE_FUSED_K_GROUPS")
         ->check(CLI::IsMember({1, 2, 4}));
-    cmd->add_option("--fused-wgmma", opts->layer.fused_wgmma,
-                    "fused decode kernel: warpgroup MMAs (wgmma) in its consumers where the device is sm_90a and "
-                    "m-blocks have up to 16 rows; false: mma.sync")
-        ->envname("KILN_BENCH_MOE_FUSED_WGMMA");
     cmd->add_option("--fused-k-groups-max-slots", opts->layer.fused_k_groups_max_slots,
                     "routed slots (tokens x top-k) up to which fused calls share items among --fused-k-groups warp "
                     "groups (larger calls: one group per item); -1 never")

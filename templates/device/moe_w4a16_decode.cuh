@@ -52,7 +52,6 @@
 #pragma once
 
 #include "device/moe_w4a16_common.cuh"
-#include "device/wgmma.cuh"  // (instantiated with kWg only: sm_90a)
 
 namespace kiln_dev {
 namespace moe {
@@ -95,40 +94,29 @@ static_assert(sizeof(DecodeParams) == 184, "DecodeParams is mirrored by kiln (ji
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
 constexpr int kDecodeBlocks = 8;     // row-blocks per super-block (decode_mma16)
 
-// One ring stage: kRecs weight records, then the token tile. kSw false: token rows of 128 kRecs + 16
-// bytes (conflict-free ldmatrix), the 32-byte stage header after them. kSw true (the warpgroup-MMA
-// consumers): per record kBM token rows of 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8)
-// (the wgmma 128-byte swizzle, 1024-byte atoms), the stages 1024-byte aligned and the headers in the
-// group's tail after the mbarriers.
-template <int kFormat, int kTiles, int kRecs, bool kSw = false>
+template <int kFormat, int kTiles, int kRecs>
 struct DecodeSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
     static constexpr int kRec = LB::kRecordBytes;
-    static constexpr int kXStride = kSw ? 128 : 128 * kRecs + 16;
-    static constexpr int kXRec = kSw ? 8 * kTiles * 128 : 128;  // bytes between records in the token tile
-    static constexpr int kOffX = kSw ? (kRecs * kRec + 1023) / 1024 * 1024 : kRecs * kRec;
-    static constexpr int kOffMeta = kSw ? 0 : kOffX + 8 * kTiles * kXStride;  // kSw: in the tail
-    static constexpr int kStage = kSw ? kOffX + kRecs * 8 * kTiles * 128 : ((kOffMeta + 32) + 127) / 128 * 128;
-    // the group's tail: full and empty mbarriers (8 bytes each per stage), then (kSw) the headers
-    __host__ __device__ static constexpr int tail(int stages) {
-        return kSw ? (48 * stages + 1023) / 1024 * 1024 : ((16 * stages + 127) / 128) * 128;
-    }
+    static constexpr int kXStride = 128 * kRecs + 16;
+    static constexpr int kOffX = kRecs * kRec;
+    static constexpr int kOffMeta = kOffX + 8 * kTiles * kXStride;
+    static constexpr int kStage = ((kOffMeta + 32) + 127) / 128 * 128;
 };
 
-template <int kFormat, int kTiles, int kRecs, bool kSw = false>
+template <int kFormat, int kTiles, int kRecs>
 __host__ __device__ constexpr int decode_group_smem(int stages) {
-    using SM = DecodeSmem<kFormat, kTiles, kRecs, kSw>;
-    return stages * SM::kStage + SM::tail(stages);
+    return stages * DecodeSmem<kFormat, kTiles, kRecs>::kStage + ((16 * stages + 127) / 128) * 128;
 }
-template <int kFormat, int kTiles, int kRecs, bool kSw = false>
+template <int kFormat, int kTiles, int kRecs>
 __host__ __device__ constexpr int decode_smem_bytes(int stages) {
-    return 4 * decode_group_smem<kFormat, kTiles, kRecs, kSw>(stages);
+    return 4 * decode_group_smem<kFormat, kTiles, kRecs>(stages);
 }
 // Deepest ring (at most 8 stages) that fits the 227 KB of shared memory of one CTA.
-template <int kFormat, int kTiles, int kRecs, bool kSw = false>
+template <int kFormat, int kTiles, int kRecs>
 __host__ __device__ constexpr int decode_default_stages() {
     int s = 8;
-    while (s > 2 && decode_smem_bytes<kFormat, kTiles, kRecs, kSw>(s) > 232448) --s;
+    while (s > 2 && decode_smem_bytes<kFormat, kTiles, kRecs>(s) > 232448) --s;
     return s;
 }
 
@@ -479,13 +467,8 @@ __device__ __forceinline__ void fused_combine(const FusedDecodeParams& fp, int n
 // request).
 // kSched: 0 static shares, 1 dynamic claiming. kSkipMath: measurement variant that streams the same
 // bytes and skips dequantisation and MMAs.
-// kWg (fused, sm_90a, up to two token tiles): the four consumer warps of a group (an aligned warpgroup)
-// issue wgmma.m64n8k16 / m64n16k16 with A from their dequantised registers (warp w's 16-row block as
-// rows 16w..16w+15, once per row-block pair) and B the swizzled token tile, instead of one mma.sync per
-// token tile and warp: half the tensor-pipe issues with two tiles (perf notes §24). The warps of a group
-// then move in step (every wgmma is warpgroup-wide); a stage is released once its wgmmas have retired.
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs,
-          int kSched, bool kSkipMath, bool kWg = false>
+          int kSched, bool kSkipMath>
 __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeParams& p2,
                                             const FusedDecodeParams* fp = nullptr) {
     static_assert(kTiles >= 1 && kTiles <= 4, "1..4 token tiles of 8");
@@ -494,9 +477,8 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     static_assert(kMode >= 0 && kMode <= 3, "gate_up, down combined, down rows, fused");
     static_assert(kSched == 0 || kSched == 1, "static or dynamic schedule");
     static_assert(kMode != 3 || kSched == 1, "the fused mode claims dynamically");
-    static_assert(!kWg || (kMode == 3 && kTiles <= 2 && !kSkipMath), "warpgroup MMA: the fused kernel, 1 or 2 tiles");
     constexpr bool kFused = kMode == 3;
-    using SM = DecodeSmem<kFormat, kTiles, kRecs, kWg>;
+    using SM = DecodeSmem<kFormat, kTiles, kRecs>;
     using LB = typename SM::LB;
     constexpr int kBM = 8 * kTiles;
     constexpr int kRec = SM::kRec;
@@ -505,15 +487,12 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     constexpr int kRowChunks = 8 * kRecs;           // 16-byte chunks of one token row per stage
     constexpr int kCpl = kBM * kRowChunks / 32;     // chunks per producer lane per stage
     constexpr bool kDyn = kSched == 1;
-    constexpr int kGroupSmem = decode_group_smem<kFormat, kTiles, kRecs, kWg>(kStages);
+    constexpr int kGroupSmem = decode_group_smem<kFormat, kTiles, kRecs>(kStages);
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(128) unsigned char smem_raw[];
 
     const int tid = threadIdx.x;
-    // (kWg: the warp index read through a shuffle is warp-uniform to ptxas, which otherwise treats the
-    // role branch as divergent and serialises every wgmma, advisory C7518)
-    const int warp = kWg ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, lane = tid & 31;
-    if (kWg && (smem_addr(smem_raw) & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment
+    const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
 
     griddep_wait();  // launched overlapping the routing (or gate_up) kernel: its outputs come first
@@ -608,8 +587,6 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     const u32 gsm = smem_addr(smem_raw) + gid * kGroupSmem;
     const u32 full = gsm + kStages * SM::kStage;
     const u32 empty = full + 8 * kStages;
-    // the 32-byte header of the stage in `slot` at shared address `st`
-    auto header = [&](u32 st, int slot) -> u32 { return kWg ? full + 16 * kStages + 32 * slot : st + SM::kOffMeta; };
     if (is_producer && lane == 0) {
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
@@ -650,17 +627,15 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                         src = pp.x + static_cast<long long>(tok[h]) * pp.x_stride + k;
                     else
                         src = pp.x + static_cast<long long>(mb * kBM + row) * pp.x_stride + k;
-                    const u32 dst = kWg ? st + SM::kOffX + (kcol >> 3) * SM::kXRec + row * 128 + (((kcol ^ row) & 7) << 4)
-                                        : st + SM::kOffX + row * SM::kXStride + kcol * 16;
-                    cp_async16(dst, bytes ? src : pp.x, bytes);
+                    cp_async16(st + SM::kOffX + row * SM::kXStride + kcol * 16, bytes ? src : pp.x, bytes);
                 }
             }
             if (lane == 0) {
                 fence_proxy_async();  // the consumers' generic reads of this slot precede the bulk write
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(header(st, slot)), "r"(mb), "r"(valid),
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(mb), "r"(valid),
                              "r"(sb), "r"(kc)
                              : "memory");
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(header(st, slot) + 16), "r"(mask),
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta + 16), "r"(mask),
                              "r"(nst), "r"(gu ? 0 : 1), "r"(gu ? mb * nsb + sb : nmb * nsb + mb * nsb2 + sb)
                              : "memory");
                 const u8* rec = pp.weights + static_cast<u64>(expert) * pp.expert_stride +
@@ -791,7 +766,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
             const u32 st = gsm + slot * SM::kStage;
             const u32 bar = full + 8 * slot;
             if (lane == 0) {
-                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(header(st, slot)), "r"(0), "r"(-1), "r"(0),
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + SM::kOffMeta), "r"(0), "r"(-1), "r"(0),
                              "r"(0)
                              : "memory");
                 mbar_arrive_expect_tx(bar, 0);
@@ -823,7 +798,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
     const int wig = warp & 3;
     // Two accumulator sets (even / odd k16 steps) halve the dependent MMA chain per stage where the
     // registers allow; they are summed at the end of an item.
-    constexpr bool kDual = kTiles <= 2 && !kWg;
+    constexpr bool kDual = kTiles <= 2;
     constexpr bool kTileDispatch = kFused && kTiles == 2 && kFormat == kFormatInt4 && !kMaskK;
     float acc[2][kTiles][4], acc2[2][kTiles][4];
     int c_mb = 0, c_valid = 0, c_ntiles = 0, c_sb = 0, c_act = 0, c_q = 0, c_nst = 1, c_claim = 0;
@@ -880,10 +855,10 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         const u32 st = gsm + slot * SM::kStage;
         mbar_wait(full + 8 * slot, phase);
         if (c_q == 0) {
-            const uint4 meta = lds128(header(st, slot));
+            const uint4 meta = lds128(st + SM::kOffMeta);
             c_valid = static_cast<int>(meta.y);
             if (c_valid < 0) break;
-            const uint4 meta2 = lds128(header(st, slot) + 16);
+            const uint4 meta2 = lds128(st + SM::kOffMeta + 16);
             if constexpr (kFused) {
                 c_gu = meta2.z == 0;
                 c_claim = static_cast<int>(meta2.w);
@@ -899,7 +874,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 for (int ti = 0; ti < kTiles; ++ti)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[h][ti][e] = acc2[h][ti][e] = 0.0f;
-            if (!c_gu && !kWg) {  // (kWg: read in the epilogue, registers are short)
+            if (!c_gu) {
 #pragma unroll
                 for (int ti = 0; ti < kTiles; ++ti)
 #pragma unroll
@@ -962,40 +937,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                 }
             }
         };
-        // kWg: the same per warpgroup. Each k16 step dequantises both row-blocks' A fragments, then one
-        // wgmma per row-block covers the first NT token tiles (N = 8 NT); one group stays in flight.
-        auto stage_math_wg = [&](auto nt) {
-            constexpr int NT = decltype(nt)::value;
-#pragma unroll
-            for (int j = 0; j < kRecs; ++j) {
-                const u32 rec = st + j * kRec;
-                const u64 desc = wgmma::desc_sw128(st + SM::kOffX + j * SM::kXRec);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    u32 words[4], m[4];
-                    load_block<kFormat, kWideScale>(rec + w_off + h * 512, rec + s_off + h * kScB, words, m);
-                    u32 a[4][4];
-#pragma unroll
-                    for (int k = 0; k < 4; ++k)
-                        dequant_word<kFormat, kWideScale>(words[k], m[(k >> 1) * 2], m[(k >> 1) * 2 + 1], a[k]);
-                    wgmma::fence_acc(*reinterpret_cast<float(*)[4 * kTiles]>(&acc[h][0][0]));
-                    wgmma::fence();
-#pragma unroll
-                    for (int k = 0; k < 4; ++k)
-                        wgmma::MmaRS<8 * NT>::run(&acc[h][0][0], a[k][0], a[k][1], a[k][2], a[k][3], desc + 2 * k, 1);
-                    wgmma::commit();
-                    wgmma::wait<1>();
-                }
-            }
-            // the stage's wgmmas have read its token tile
-            wgmma::wait<0>();
-#pragma unroll
-            for (int h = 0; h < 2; ++h) wgmma::fence_acc(*reinterpret_cast<float(*)[4 * kTiles]>(&acc[h][0][0]));
-        };
-        if constexpr (kWg) {
-            // (c_act is all of a fused item's row-blocks: the warpgroup-wide wgmmas run unconditionally)
-            stage_math_wg(IntTag<kTiles>{});
-        } else if (c_act && !kSkipMath) {
+        if (c_act && !kSkipMath) {
             if constexpr (kTiles == 1) {
                 stage_math(IntTag<1>{});
             } else if constexpr (kTileDispatch) {
@@ -1123,7 +1065,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
                     // fused: the row of the slot (the in-kernel combine reads a token's slots in order)
                     const int orow = kFused ? s_sorted[c_mb * kBM + r] : c_mb * kBM + r;
                     __nv_bfloat16* dst = pd.out + static_cast<long long>(orow) * pd.out_stride;
-                    const float wt = kWg ? __ldg(fp->topk_weights + orow) : e_wt[ti][e];
+                    const float wt = e_wt[ti][e];
                     if (n0 < pd.n_real) dst[n0] = __float2bfloat16(wt * acc[h][ti][e]);
                     if (n0 + 8 < pd.n_real) dst[n0 + 8] = __float2bfloat16(wt * acc[h][ti][2 + e]);
                 });
@@ -1163,9 +1105,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode(const Deco
     decode_gemm<kFormat, kWideScale, kMode, kAct, kMaskK, kTiles, kStages, kRecs, kSched, kSkipMath>(p, p);
 }
 
-template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs, bool kWg = false>
+template <int kFormat, bool kWideScale, int kAct, bool kMaskK, int kTiles, int kStages, int kRecs>
 __global__ void __launch_bounds__(kDecodeThreads, 1) moe_w4a16_decode_fused(const FusedDecodeParams p) {
-    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false, kWg>(p.gate_up, p.down, &p);
+    decode_gemm<kFormat, kWideScale, 3, kAct, kMaskK, kTiles, kStages, kRecs, 1, false>(p.gate_up, p.down, &p);
 }
 
 }  // namespace moe

@@ -39,18 +39,6 @@ template <int N>
 struct MmaRS;
 
 template <>
-struct MmaRS<8> {
-    __device__ __forceinline__ static void run(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u64 b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(scale_d));
-    }
-};
-
-template <>
 struct MmaRS<16> {
     __device__ __forceinline__ static void run(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u64 b, int scale_d) {
         asm volatile(

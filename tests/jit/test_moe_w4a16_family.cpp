@@ -73,16 +73,14 @@ std::string prefill_wgmma_smem_checks(const KernelDescriptor& d) {
 std::string decode_smem_checks(const KernelDescriptor& d) {
     const std::string f = dev_format(d.weight_format);
     const int tiles = d.config.block_m / 8, recs = d.config.block_k / 64;
-    const bool wg = (d.config.flags & MoeW4A16Family::k_flag_wgmma) != 0;  // the swizzled ring
-    const std::string args =
-        f + ", " + std::to_string(tiles) + ", " + std::to_string(recs) + (wg ? ", true" : ", false");
+    const std::string args = f + ", " + std::to_string(tiles) + ", " + std::to_string(recs);
     const bool fused = (d.config.flags & MoeW4A16Family::k_flag_fused) != 0;
     const std::string ring = "kiln_dev::moe::decode_smem_bytes<" + args + ">(" + std::to_string(d.config.stages) + ")";
     std::string s = "\nstatic_assert(" + ring + " == " +
-                    std::to_string(fused ? moe_w4a16_gemm_smem(d.weight_format, tiles, d.config.stages, recs, wg)
+                    std::to_string(fused ? moe_w4a16_gemm_smem(d.weight_format, tiles, d.config.stages, recs)
                                          : MoeW4A16Family().max_dynamic_smem(d)) +
                     ", \"family decode smem\");\n" + "static_assert(kiln_dev::moe::decode_default_stages<" + args +
-                    ">() == " + std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs, wg)) +
+                    ">() == " + std::to_string(moe_w4a16_default_stages(d.weight_format, tiles, recs)) +
                     ", \"family decode stages\");\n";
     if (fused) {
         // the fused kernel's routing area and scratch, as the host sizes a call (K2 EP8 decode 20, K3 B=128)
@@ -139,7 +137,7 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     CHECK(MoeW4A16Family().max_dynamic_smem(g) <= 232448u);
     DeviceSource s = MoeW4A16Family().device_source(g);
     CHECK(s.name_expr.find("moe_w4a16_decode<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 1,") != std::string::npos);
-    CHECK(collect_template_headers(s.source, TemplateStore::instance()).size() == 4);
+    CHECK(collect_template_headers(s.source, TemplateStore::instance()).size() == 3);
 
     KernelDescriptor d = MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::silu_glu, 2, k_h200);
     CHECK(d.n == 7168);
@@ -166,7 +164,7 @@ TEST_CASE("moe_w4a16: descriptors for the K2 and K3 layers") {
     // four records per stage and a two-stage ring by default where K, down's K and shared memory allow
     CHECK(f.config.block_k == 256);
     CHECK(f.config.stages == 2);
-    CHECK(MoeW4A16Family().device_source(f).name_expr.find(", 1, 2, 4, false>") != std::string::npos);
+    CHECK(MoeW4A16Family().device_source(f).name_expr.find(", 1, 2, 4>") != std::string::npos);
     KernelDescriptor f128 = MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 4, 128);
     CHECK(f128.config.block_k == 128);
     CHECK(f128.config.stages == 4);
@@ -341,30 +339,6 @@ TEST_CASE("moe_w4a16: NVRTC compiles every kernel kind to sm_90a") {
         CAPTURE(to_string(d));
         check_cubin(compile(d, decode_smem_checks(d)), "moe_w4a16_decode");
     }
-    // the fused kernel's warpgroup-MMA consumers: K2 (INT4) and K3 (MXFP4, SiTU), one and two token tiles,
-    // whole and TP8-sliced; every wgmma asynchronous (no serialisation, advisory C7518) and no spills
-    const auto k3 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, true, 3072, 3584);
-    const auto k2_tp8 = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 7168);
-    const KernelDescriptor wg[] = {
-        MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 1, k_h200, 0, 0, true),
-        MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 2, k_h200, 0, 0, true),
-        MoeW4A16Family::fused(k3, MoeActivation::situ_glu, 1, k_h200, 0, 0, true),
-        MoeW4A16Family::fused(k3, MoeActivation::situ_glu, 2, k_h200, 0, 0, true),
-        MoeW4A16Family::fused(k2_tp8, MoeActivation::silu_glu, 1, k_h200, 0, 0, true),
-    };
-    for (const KernelDescriptor& d : wg) {
-        CAPTURE(to_string(d));
-        REQUIRE((d.config.flags & MoeW4A16Family::k_flag_wgmma) != 0);
-        CHECK(MoeW4A16Family().device_source(d).name_expr.find(", true>") != std::string::npos);
-        const NvrtcOutput out = compile(d, decode_smem_checks(d), true);
-        check_cubin(out, "moe_w4a16_decode_fused");
-        CHECK(out.log.find("serialized") == std::string::npos);
-        // (two token tiles spill 16-20 bytes outside the main loop)
-        if (d.config.block_m == 8) CHECK(out.log.find(" 0 bytes spill stores") != std::string::npos);
-    }
-    // four tiles: the request is dropped (mma.sync consumers)
-    CHECK((MoeW4A16Family::fused(gu, MoeActivation::silu_glu, 4, k_h200, 0, 0, true).config.flags &
-           MoeW4A16Family::k_flag_wgmma) == 0);
     check_cubin(compile(MoeW4A16Family::combine(k_h200)), "moe_w4a16_combine");
     check_cubin(compile(MoeW4A16Family::routing(384, 2, k_h200)), "moe_w4a16_routing");
     check_cubin(compile(MoeW4A16Family::dequant(dn, k_h200)), "moe_w4a16_dequant");
@@ -391,7 +365,7 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(!(g == decode));
     CHECK(MoeW4A16Family().device_source(g).name_expr ==
           "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 6, 1, 2>");
-    CHECK(collect_template_headers(MoeW4A16Family().device_source(g).source, TemplateStore::instance()).size() == 5);
+    CHECK(collect_template_headers(MoeW4A16Family().device_source(g).source, TemplateStore::instance()).size() == 4);
 
     const KernelDescriptor d = MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, dn, MoeActivation::situ_glu, k_h200);
     CHECK(MoeW4A16Family::kind(d) == MoeW4A16Kernel::prefill_down);
