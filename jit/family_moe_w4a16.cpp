@@ -44,9 +44,6 @@ uint32_t checked_kind_bits(const KernelDescriptor& in) {
         throw InvalidArgument(fmt::format("moe_w4a16: only the prefill GEMMs have a warpgroup-MMA version (flags {:#x})", f));
     if ((f & MoeW4A16Family::k_flag_wide) && !(f & MoeW4A16Family::k_flag_wgmma))
         throw InvalidArgument(fmt::format("moe_w4a16: the wide CTA is a warpgroup-MMA prefill shape (flags {:#x})", f));
-    if ((f & MoeW4A16Family::k_flag_ws) && !((f & MoeW4A16Family::k_flag_wgmma) && (f & MoeW4A16Family::k_flag_prefill)))
-        throw InvalidArgument(
-            fmt::format("moe_w4a16: the warp-specialised block_m 64 kernel is a warpgroup-MMA prefill GEMM (flags {:#x})", f));
     return f & (MoeW4A16Family::k_flag_kind_mask | MoeW4A16Family::k_flag_kind_hi | MoeW4A16Family::k_flag_prefill);
 }
 
@@ -219,17 +216,13 @@ uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int r
                                  round_up(8 * (2 * slots + std::max(1, resident)), 128));
 }
 
-uint32_t prefill_ws_smem_limit(int block_m) {
-    return block_m == 64 ? k_moe_w4a16_prefill_smem_limit : static_cast<uint32_t>(k_smem_limit);
-}
-
 int prefill_ws_resident_records(WeightFormat f, int block_m, int k, bool down) {
     const int recs = round_up(k, 64) / 64;
-    return moe_w4a16_prefill_ws_smem(f, block_m, 8, recs, down) <= prefill_ws_smem_limit(block_m) ? recs : 0;
+    return moe_w4a16_prefill_ws_smem(f, block_m, 8, recs, down) <= static_cast<uint32_t>(k_smem_limit) ? recs : 0;
 }
 
 int moe_w4a16_prefill_ws_default_slots(WeightFormat f, int block_m, int resident, bool down) {
-    return deepest_ring(24, 2, prefill_ws_smem_limit(block_m),
+    return deepest_ring(24, 2, static_cast<uint32_t>(k_smem_limit),
                         [&](int s) { return moe_w4a16_prefill_ws_smem(f, block_m, s, resident, down); });
 }
 
@@ -312,30 +305,23 @@ KernelDescriptor MoeW4A16Family::canonicalize(const KernelDescriptor& in) const 
             if (in.config.flags & k_flag_wide)
                 throw InvalidArgument("moe_w4a16: the wide CTA has block_m 64");
         }
-        // block_m 64 through the warp-specialised kernel: requested (flag bit 12), wgmma only
-        const bool ws64 = bm == k_prefill_block_m && (in.config.flags & k_flag_ws) && (in.config.flags & k_flag_wgmma);
-        if (ws64 && !has_wgmma(in.target))
-            throw InvalidArgument(fmt::format("moe_w4a16: the warp-specialised prefill kernel needs an sm_90a target, not {}",
-                                              to_string(in.target)));
-        if (ws64 && (in.config.flags & k_flag_wide))
-            throw InvalidArgument("moe_w4a16: the wide CTA and the warp-specialised block_m 64 kernel exclude each other");
-        if (bm != k_prefill_block_m || ws64) {
+        if (bm != k_prefill_block_m) {
             // The warp-specialised wgmma kernel (moe_w4a16_prefill_wgmma_ws.cuh): one record per ring slot.
             const bool down = which == MoeW4A16Kernel::prefill_down;
             const int res = prefill_ws_resident_records(in.weight_format, bm, in.k, down);
             const int slots =
                 in.config.stages ? in.config.stages : moe_w4a16_prefill_ws_default_slots(in.weight_format, bm, res, down);
-            if (slots < 2 || slots > 24 || moe_w4a16_prefill_ws_smem(in.weight_format, bm, slots, res, down) > prefill_ws_smem_limit(bm))
+            if (slots < 2 || slots > 24 ||
+                moe_w4a16_prefill_ws_smem(in.weight_format, bm, slots, res, down) > static_cast<uint32_t>(k_smem_limit))
                 throw InvalidArgument(fmt::format("moe_w4a16: {} ring slots of block_m {} do not fit in shared memory "
                                                   "(2 to 24)",
                                                   slots, bm));
             d.config.flags |= k_flag_wgmma;
-            if (ws64) d.config.flags |= k_flag_ws;
             d.config.block_m = static_cast<uint16_t>(bm);
             d.config.block_n = static_cast<uint16_t>(k_superblock_rows * prefill_ws_superblocks_per_cta(in.n, in.k));
             d.config.block_k = 64;
             d.config.stages = static_cast<uint8_t>(slots);
-            d.config.ctas_per_sm = static_cast<uint8_t>(ws64 ? 2 : 1);
+            d.config.ctas_per_sm = 1;
             d.config.warps = static_cast<uint8_t>(k_prefill_ws_threads / 32);
             return d;
         }
@@ -627,8 +613,7 @@ uint32_t MoeW4A16Family::fused_call_smem(const KernelDescriptor& d, int64_t slot
 }
 
 KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w,
-                                              MoeActivation act, Target target, bool wgmma, bool wide, int block_m,
-                                              bool ws) {
+                                              MoeActivation act, Target target, bool wgmma, bool wide, int block_m) {
     if (!is_prefill(which)) throw InvalidArgument("moe_w4a16: prefill_gemm() builds prefill_gate_up or prefill_down descriptors");
     const bool gate_up = which == MoeW4A16Kernel::prefill_gate_up;
     moe::require_layout(w, moe::W4Layout::decode_mma16, w.format, gate_up ? "prefill gate_up" : "prefill down");
@@ -643,7 +628,6 @@ KernelDescriptor MoeW4A16Family::prefill_gemm(MoeW4A16Kernel which, const moe::P
     if (w.wide_scales) d.config.flags |= k_flag_wide_scale;
     if (wgmma) d.config.flags |= k_flag_wgmma;
     if (wgmma && wide) d.config.flags |= k_flag_wide;
-    if (wgmma && ws) d.config.flags |= k_flag_ws;
     return MoeW4A16Family().canonicalize(d);
 }
 

@@ -24,9 +24,7 @@
 //   both prefill GEMMs are the warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per
 //   CTA with wgmma N up to 192, a producer warpgroup feeding a ring of one-record slots through full /
 //   empty mbarriers, 384 threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile
-//   resident for short K); its down writes its rows as tiles of 64 columns (one bulk copy each). Flag bit
-//   12 with block_m 64 (requested, wgmma only): the same kernel at block_m 64, two CTAs per SM, each
-//   under 112 KB of shared memory (EP-sliced prefill, ~40-80 rows per expert).
+//   resident for short K); its down writes its rows as tiles of 64 columns (one bulk copy each).
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the
@@ -86,7 +84,6 @@ public:
     static constexpr uint32_t k_flag_fused = 1u << 9;    // gate_up (dynamic): gate_up + down rows in one launch
     static constexpr uint32_t k_flag_wgmma = 1u << 10;   // prefill gate_up / down: warpgroup MMA (sm_90a)
     static constexpr uint32_t k_flag_wide = 1u << 11;    // wgmma prefill: two super-blocks side by side per CTA
-    static constexpr uint32_t k_flag_ws = 1u << 12;      // wgmma prefill, block_m 64: the warp-specialised kernel
     static constexpr int k_threads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
     static constexpr int k_prefill_threads = 256;
     static constexpr int k_prefill_ws_threads = 384;  // block_m 128 / 192: 2 consumer + 1 producer warpgroups
@@ -154,15 +151,11 @@ public:
     static bool fused_k_groups_ok(const KernelDescriptor& fused, int k_groups);
     // The prefill GEMMs (prefill_gate_up or prefill_down; down always writes rows). `wgmma`: the
     // warpgroup-MMA version (refused unless the target is sm_90a). `block_m` 64, or 128 / 192 with wgmma:
-    // the warp-specialised kernel for large m-blocks. `ws` (wgmma, block_m 64): the warp-specialised kernel
-    // at block_m 64, two CTAs per SM.
+    // the warp-specialised kernel for large m-blocks.
     static KernelDescriptor prefill_gemm(MoeW4A16Kernel which, const moe::PreparedMoeWeights& w, MoeActivation act,
-                                         Target target, bool wgmma = false, bool wide = false, int block_m = 64,
-                                         bool ws = false);
-    // Whether a prefill descriptor names the warp-specialised kernel (block_m 128 / 192, or 64 with flag bit 12).
-    static bool prefill_ws(const KernelDescriptor& d) {
-        return is_prefill(kind(d)) && (d.config.block_m > k_prefill_block_m || (d.config.flags & k_flag_ws));
-    }
+                                         Target target, bool wgmma = false, bool wide = false, int block_m = 64);
+    // Whether a prefill descriptor names the warp-specialised kernel (block_m 128 / 192).
+    static bool prefill_ws(const KernelDescriptor& d) { return is_prefill(kind(d)) && d.config.block_m > k_prefill_block_m; }
     // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).
     static bool has_wgmma(Target target) { return !target.is_host() && target.arch == 90 && target.suffix == 'a'; }
     static KernelDescriptor combine(Target target);

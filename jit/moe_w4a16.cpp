@@ -204,11 +204,10 @@ MoeW4A16::MoeW4A16(Dispatcher& disp, const moe::PreparedMoeWeights& gate_up, con
         for (int b = bm_lo; b <= bm_hi; b += 64) {
             PrefillKernels& k = pre_[b / 64 - 1];
             k.routing = &disp.get(MoeW4A16Family::routing(experts_, b / 8, target));
-            const bool wide = opt.prefill_wide && b == 64, ws = opt.prefill_ws64 && b == 64;
             k.gate_up = &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gate_up, opt.act, target,
-                                                               wgmma, wide, b, ws));
+                                                               wgmma, opt.prefill_wide && b == 64, b));
             k.down = &disp.get(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_down, down, opt.act, target, wgmma,
-                                                            wide, b, ws));
+                                                            opt.prefill_wide && b == 64, b));
             prefer_shared_carveout(*k.gate_up);
             prefer_shared_carveout(*k.down);
             const int cap = mblock_capacity(slots, experts_, b);

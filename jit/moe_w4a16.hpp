@@ -75,9 +75,6 @@ struct MoeW4A16Options {
     // wgmma prefill GEMMs with K >= 2048: CTAs of two super-blocks side by side (one per SM) instead of
     // one (two per SM). Measured slower on H200 (K2 EP8 2048 and TP8 8192: +8-10%, perf notes §11).
     bool prefill_wide = false;
-    // wgmma prefill GEMMs at block_m 64 through the warp-specialised kernel (a producer warpgroup and a
-    // ring of one-record slots, two CTAs per SM) instead of the two-record-step kernel with a CTA barrier.
-    bool prefill_ws64 = false;
     // Rows per m-block of the prefill configuration: 64, or 128 / 192 (the warp-specialised wgmma
     // kernel, sm_90a); 0 = per call from the expected rows per expert r = M x topk / (experts x ep_size)
     // (the tok_e rule): 64 below 80, else the smallest of 128 and 192 holding 1.1 r, else 192.

@@ -425,9 +425,7 @@ void run_bench(const BenchOptions& o) {
         const std::string variant =
             layer.uses_prefill() ? fmt::format("prefill {}bm={}+rows",
                                                (pf & MoeW4A16Family::k_flag_wgmma)
-                                                   ? ((pf & MoeW4A16Family::k_flag_wide) ? "wgmma wide "
-                                                      : (pf & MoeW4A16Family::k_flag_ws)   ? "wgmma ws "
-                                                                                             : "wgmma ")
+                                                   ? ((pf & MoeW4A16Family::k_flag_wide) ? "wgmma wide " : "wgmma ")
                                                    : "",
                                                layer.prefill_block_m_in_flight())
             : layer.uses_fused() ? fmt::format("decode bm={} fused+rows{}", 8 * layer.tiles(),
@@ -533,9 +531,6 @@ void add_moe_bench(CLI::App& bench) {
     cmd->add_option("--prefill-wide", opts->layer.prefill_wide,
                     "wgmma prefill GEMMs with K >= 2048: two 128-row super-blocks side by side per CTA (one CTA per SM)")
         ->envname("KILN_BENCH_MOE_PREFILL_WIDE");
-    cmd->add_option("--prefill-ws64", opts->layer.prefill_ws64,
-                    "wgmma prefill GEMMs at block_m 64: the warp-specialised kernel (producer warpgroup, two CTAs per SM)")
-        ->envname("KILN_BENCH_MOE_PREFILL_WS64");
     cmd->add_option("--prefill-block-m", opts->layer.prefill_block_m,
                     "rows per m-block of the prefill GEMMs: 64, 128 or 192 (the warp-specialised wgmma kernel, "
                     "sm_90a); 0 = from the expected rows per expert")

@@ -45,14 +45,6 @@ constexpr int kWsConsumerThreads = 256;
 constexpr int kWsProducerThreads = 128;
 constexpr int kWsThreads = kWsConsumerThreads + kWsProducerThreads;
 constexpr int kWsSmemLimit = 232448;
-// block_m 64 (EP-sliced prefill, ~40-80 rows per expert): two CTAs per SM, each under half the SM's shared
-// memory; setmaxnreg 24 / 104 within the 80 registers a thread of two 384-thread CTAs starts with, and one
-// wgmma group in flight per warpgroup (the other CTA covers the wait).
-constexpr int kWsSmemLimit2 = 114688;
-template <int kBM>
-__host__ __device__ constexpr int prefill_ws_ctas_per_sm() {
-    return kBM == 64 ? 2 : 1;
-}
 
 
 // Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: staging
@@ -74,14 +66,11 @@ __host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
 }
 
 template <int kFormat, bool kWideScale, int kMode, int kAct, bool kMaskK, int kBM, int kSlots, int kRes, int kNsb>
-__global__ void __launch_bounds__(kWsThreads, prefill_ws_ctas_per_sm<kBM>())
-    moe_w4a16_prefill_wgmma_ws(const DecodeParams p) {
-    static_assert(kBM == 64 || kBM == 128 || kBM == 192, "m-blocks of 64, 128 or 192 rows");
+__global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(const DecodeParams p) {
+    static_assert(kBM == 128 || kBM == 192, "m-blocks of 128 or 192 rows");
     static_assert(kMode == 0 || kMode == 2, "gate_up or down rows");
     static_assert(kSlots >= 2 && kNsb >= 1 && kNsb <= 16 && kRes >= 0, "ring and walk");
-    static_assert(prefill_ws_smem_bytes<kFormat, kBM, kRes, kMode>(kSlots) <=
-                      (prefill_ws_ctas_per_sm<kBM>() == 2 ? kWsSmemLimit2 : kWsSmemLimit),
-                  "shared memory");
+    static_assert(prefill_ws_smem_bytes<kFormat, kBM, kRes, kMode>(kSlots) <= kWsSmemLimit, "shared memory");
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
     using LB = typename SM::LB;
     constexpr int kRec = SM::kRec;
@@ -91,8 +80,8 @@ __global__ void __launch_bounds__(kWsThreads, prefill_ws_ctas_per_sm<kBM>())
     constexpr int kTiles = kBM / 8;  // token tiles of 8 per m-block
     constexpr int kRows = kBM / 16;  // token rows per producer thread
     // wgmma groups a consumer warpgroup keeps in flight (H200, K2 TP8 gate_up: 1 -> 2 was 950 -> 868 us;
-    // 3 and 4 measured the same as 2; block_m 64: 1, registers are short and the other CTA fills the wait)
-    constexpr int kInFlight = kBM == 64 ? 1 : 2;
+    // 3 and 4 measured the same as 2)
+    constexpr int kInFlight = 2;
 
     extern __shared__ __align__(1024) unsigned char smem_ws[];
 
@@ -135,8 +124,7 @@ __global__ void __launch_bounds__(kWsThreads, prefill_ws_ctas_per_sm<kBM>())
         // ---- producers (one warpgroup, registers handed to the consumers): thread pt copies 16-byte chunk
         // c of rows r8 + 8 (2 j + h) (j < kRows) of each record, in the K-major 128-byte-swizzled layout
         // (chunk c of row r at chunk c ^ (r % 8); r % 8 = r8 here).
-        if constexpr (kBM == 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         const int pt = tid - kWsConsumerThreads;
         const int c = pt & 7, r8 = (pt >> 3) & 7, h = pt >> 6;
         u32 xo[kRows];  // element offset of the row's chunk in x, or ~0 for rows past the m-block's count
@@ -190,8 +178,7 @@ __global__ void __launch_bounds__(kWsThreads, prefill_ws_ctas_per_sm<kBM>())
     }
 
     // ---- consumers
-    if constexpr (kBM == 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 104;\n" ::: "memory");
-    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int g = lane >> 2, t = lane & 3;
     const int ntiles = (valid + 7) >> 3;
     const int nsel = (ntiles + 1) >> 1;  // wgmma N = 16 nsel
@@ -287,13 +274,13 @@ __global__ void __launch_bounds__(kWsThreads, prefill_ws_ctas_per_sm<kBM>())
             case 2: prefill_record_mma<32>(acc, ar, desc, first); break;
             case 3: prefill_record_mma<48>(acc, ar, desc, first); break;
             case 4: prefill_record_mma<64>(acc, ar, desc, first); break;
-            case 5: prefill_record_mma<(kBM > 64 ? 80 : 64)>(acc, ar, desc, first); break;
-            case 6: prefill_record_mma<(kBM > 64 ? 96 : 64)>(acc, ar, desc, first); break;
-            case 7: prefill_record_mma<(kBM > 64 ? 112 : 64)>(acc, ar, desc, first); break;
-            case 8: prefill_record_mma<(kBM > 64 ? 128 : 64)>(acc, ar, desc, first); break;
-            case 9: prefill_record_mma<(kBM > 128 ? 144 : kBM > 64 ? 128 : 64)>(acc, ar, desc, first); break;
-            case 10: prefill_record_mma<(kBM > 128 ? 160 : kBM > 64 ? 128 : 64)>(acc, ar, desc, first); break;
-            case 11: prefill_record_mma<(kBM > 128 ? 176 : kBM > 64 ? 128 : 64)>(acc, ar, desc, first); break;
+            case 5: prefill_record_mma<80>(acc, ar, desc, first); break;
+            case 6: prefill_record_mma<96>(acc, ar, desc, first); break;
+            case 7: prefill_record_mma<112>(acc, ar, desc, first); break;
+            case 8: prefill_record_mma<128>(acc, ar, desc, first); break;
+            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, ar, desc, first); break;
+            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, ar, desc, first); break;
+            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, ar, desc, first); break;
             default: prefill_record_mma<kBM>(acc, ar, desc, first); break;
         }
         wgmma::commit();

@@ -128,7 +128,6 @@ void run_case(const Case& c) {
         int decode_block_k = 0;
         int k_groups = 1;       // the fused decode kernel's warp groups per item
         int64_t fused_min = MoeW4A16Options{}.fused_min;
-        bool ws64 = false;  // wgmma prefill at block_m 64: the warp-specialised kernel (two CTAs per SM)
     };
     const int64_t auto_prefill = MoeW4A16Options{}.prefill_min;
     const Config configs[] = {
@@ -161,15 +160,13 @@ void run_case(const Case& c) {
         {"prefill (forced), wide CTAs", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, true, 64},
         // (prefill-sized cases only; the automatic choice above takes 192 where a case has >= 117 rows per expert)
         {"prefill (forced), block_m 64", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true, false, 64},
-        {"prefill (forced), block_m 64, warp-specialised", P::automatic, P::automatic, -1, -1, 1, 256, 0, 1, true, true,
-         false, 64, 0, 0, 1, MoeW4A16Options{}.fused_min, true},
         {"prefill (forced), block_m 128, workspace for 2 M", P::automatic, P::automatic, -1, -1, 1, 256, 0, 2, true, true,
          false, 128},
     };
     const bool has_wgmma = MoeW4A16Family::has_wgmma(fx.disp->device_target());
     for (const Config& cfg : configs) {
         CAPTURE(cfg.name);
-        if ((cfg.block_m > 64 || cfg.ws64) && !has_wgmma) continue;  // the warp-specialised kernel is wgmma's
+        if (cfg.block_m > 64 && !has_wgmma) continue;  // the large m-blocks are the wgmma kernel's
         if (cfg.block_m != 0 && !cfg.wide && c.tokens < 2048) continue;
         if (cfg.decode_block_k == 256 && c.tiles > 2) continue;  // two 256-input stages of 32 rows do not fit
         MoeW4A16Options opt;
@@ -187,7 +184,6 @@ void run_case(const Case& c) {
         opt.fuse = cfg.fuse;
         opt.prefill_wgmma = cfg.wgmma;
         opt.prefill_wide = cfg.wide;
-        opt.prefill_ws64 = cfg.ws64;
         opt.prefill_block_m = cfg.block_m;
         opt.decode_stages = cfg.decode_stages;
         opt.decode_block_k = cfg.decode_block_k;
@@ -250,10 +246,6 @@ void run_case(const Case& c) {
                 CHECK(layer.down_kernel().desc.config.block_m == want_bm);
                 CHECK(((layer.gate_up_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
                 CHECK(((layer.down_kernel().desc.config.flags & MoeW4A16Family::k_flag_wgmma) != 0) == wgmma);
-                // the warp-specialised kernel: block_m 128 / 192, or 64 on request
-                const bool ws = wgmma && (want_bm > 64 || cfg.ws64);
-                CHECK(MoeW4A16Family::prefill_ws(layer.gate_up_kernel().desc) == ws);
-                CHECK(MoeW4A16Family::prefill_ws(layer.down_kernel().desc) == ws);
             }
             const std::vector<uint16_t> got = to_host<uint16_t>(dout);
             // the fused kernel sums each token's rows in slot order: the same bits on every call

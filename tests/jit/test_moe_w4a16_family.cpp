@@ -520,7 +520,7 @@ std::string prefill_ws_smem_checks(const KernelDescriptor& d) {
            ") == " + std::to_string(MoeW4A16Family().max_dynamic_smem(d)) + ", \"family ws prefill smem\");\n";
 }
 
-TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 192, and 64 on request)") {
+TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 192)") {
     const auto gu = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 256, 7168);  // K2 TP8
     const auto dn = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 256);
     const auto dn3 = meta(moe::W4Format::mxfp4_g32_e8m0, moe::W4Layout::decode_mma16, false, 3584, 384);  // K3 TP8
@@ -598,39 +598,7 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     CHECK(MoeW4A16Family::routing(384, 16, k_h200).config.block_m == 128);
     CHECK_THROWS_AS(MoeW4A16Family::routing(384, 12, k_h200), kiln::InvalidArgument);
 
-    // block_m 64 through the same kernel (flag bit 12, EP-sliced prefill): two CTAs per SM, each under
-    // 112 KB. K2 EP8 gate_up (K 7168): 8 KB token record + 4,608-byte weight record per slot: 8 slots; down
-    // (K 2048, 32 records: too many to keep resident) 7 slots next to its staging tiles.
-    const auto gu_ep = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, true, 2048, 7168);
-    const auto dn_ep = meta(moe::W4Format::int4_g32_bf16, moe::W4Layout::decode_mma16, false, 7168, 2048);
-    const auto ws64 = [&](const moe::PreparedMoeWeights& w, bool gate_up) {
-        return MoeW4A16Family::prefill_gemm(gate_up ? MoeW4A16Kernel::prefill_gate_up : MoeW4A16Kernel::prefill_down,
-                                            w, MoeActivation::silu_glu, k_h200, true, false, 64, true);
-    };
-    const KernelDescriptor g64 = ws64(gu_ep, true), w64 = ws64(dn_ep, false);
-    for (const KernelDescriptor& k : {g64, w64}) {
-        CAPTURE(to_string(k));
-        CHECK(MoeW4A16Family::prefill_ws(k));
-        CHECK((k.config.flags & MoeW4A16Family::k_flag_ws) != 0);
-        CHECK(k.config.block_m == 64);
-        CHECK(k.config.ctas_per_sm == 2);
-        CHECK(k.config.warps == 12);
-        CHECK(MoeW4A16Family().max_dynamic_smem(k) <= k_moe_w4a16_prefill_smem_limit);
-        CHECK(MoeW4A16Family().canonicalize(k) == k);
-    }
-    CHECK(g64.config.stages == 8);
-    CHECK(w64.config.stages == 7);
-    CHECK(prefill_ws_resident_records(w64.weight_format, 64, 2048, true) == 0);
-    CHECK(MoeW4A16Family().device_source(g64).name_expr ==
-          "&kiln_dev::moe::moe_w4a16_prefill_wgmma_ws<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 64, 8, 0, 1>");
-    // without wgmma the request is dropped (the mma.sync prefill kernel); never with the wide CTA
-    CHECK(!MoeW4A16Family::prefill_ws(MoeW4A16Family::prefill_gemm(MoeW4A16Kernel::prefill_gate_up, gu_ep,
-                                                                   MoeActivation::silu_glu, k_h200, false, false, 64, true)));
-    KernelDescriptor ws_wide = g64;
-    ws_wide.config.flags |= MoeW4A16Family::k_flag_wide;
-    CHECK_THROWS_AS(MoeW4A16Family().canonicalize(ws_wide), kiln::InvalidArgument);
-
-    for (const KernelDescriptor& k : {g192, g128, o128, d192, d3, g64, w64}) {
+    for (const KernelDescriptor& k : {g192, g128, o128, d192, d3}) {
         CAPTURE(to_string(k));
         const bool ws = MoeW4A16Family::prefill_ws(k);
         const NvrtcOutput out = compile(k, ws ? prefill_ws_smem_checks(k) : prefill_wgmma_smem_checks(k), true);
