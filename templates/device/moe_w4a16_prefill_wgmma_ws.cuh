@@ -291,26 +291,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         held[kInFlight - 1] = s;
         ring_advance(s, ph, kSlots);
     };
-    // Ping-pong (down, several super-blocks, resident token tile): the warpgroups take turns to issue a
-    // super-block's MMAs, so one stores its rows while the other's wgmmas run. Warpgroup 1 starts once 0
-    // has issued the first super-block; named barrier 4 + v is "warpgroup v may issue". The ring holds
-    // every record of a super-block and more, so the one behind never waits for a slot the other holds.
-    constexpr bool kPingPong = kMode == 2 && kNsb > 1 && kRes > 0 && kSlots >= kRes + kInFlight + 1;
-    const int sb_end = sb0 + total / nq;
 #pragma unroll 1
-    for (int sb = sb0; sb < sb_end; ++sb) {
-        if constexpr (kPingPong) {
-            if (v == 1 || sb > sb0) named_barrier(4 + v, kWsConsumerThreads);
-        }
+    for (int sb = sb0; sb < sb0 + total / nq; ++sb) {
         // kInFlight + 1 A buffers (distinct registers: the loop is unrolled by that), kInFlight groups in flight
 #pragma unroll 1
         for (int q = 0; q < nq; q += kInFlight + 1) {
 #pragma unroll
             for (int b = 0; b <= kInFlight; ++b)
                 if (b == 0 || q + b < nq) record(a[b], q + b);
-        }
-        if constexpr (kPingPong) {
-            if (v == 0 || sb + 1 < sb_end) named_barrier_arrive(4 + (v ^ 1), kWsConsumerThreads);
         }
         // super-block done: drain, store; the next one starts from zero (scale-d 0)
         wgmma::wait<0>();
