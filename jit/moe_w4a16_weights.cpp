@@ -105,24 +105,20 @@ int layout_record_bytes(W4Format f, W4Layout l) {
 }
 
 namespace {
-// MXFP4 code (sign << 3 | e1 e0 m0) of element m within one 16-bit half of a layout word, and back
-// (the field placement of templates/device/moe_w4a16_common.cuh).
-unsigned mxfp4_place(unsigned code, int m) {
-    const unsigned mag = code & 7u, sign = (code >> 3) & 1u;
-    switch (m) {
-        case 0: return mag << 6 | sign << 15;
-        case 1: return mag << 3 | sign << 12;
-        case 2: return mag | sign << 9;
-        default: return (mag & 3u) << 10 | (mag >> 2) << 13 | sign << 14;
-    }
+// Bits of the word that hold the low element's E2M1 fields m0, e0, e1, sign for element m (the
+// placement of templates/device/moe_w4a16_common.cuh); the high element's sit 16 bits higher, mod 32.
+constexpr int kMxfp4Bit[4][4] = {{6, 7, 8, 15}, {2, 3, 4, 11}, {28, 29, 30, 5}, {0, 25, 26, 1}};
+
+// MXFP4 code (sign << 3 | e1 e0 m0) of element m, half h (0 low, 1 high) placed in a word, and back.
+uint32_t mxfp4_place(unsigned code, int m, int h) {
+    uint32_t word = 0;
+    for (int f = 0; f < 4; ++f) word |= uint32_t{(code >> f) & 1u} << ((kMxfp4Bit[m][f] + 16 * h) % 32);
+    return word;
 }
-unsigned mxfp4_code(unsigned half, int m) {
-    switch (m) {
-        case 0: return ((half >> 6) & 7u) | ((half >> 15) & 1u) << 3;
-        case 1: return ((half >> 3) & 7u) | ((half >> 12) & 1u) << 3;
-        case 2: return (half & 7u) | ((half >> 9) & 1u) << 3;
-        default: return ((half >> 10) & 3u) | ((half >> 13) & 1u) << 2 | ((half >> 14) & 1u) << 3;
-    }
+unsigned mxfp4_code(uint32_t word, int m, int h) {
+    unsigned code = 0;
+    for (int f = 0; f < 4; ++f) code |= ((word >> ((kMxfp4Bit[m][f] + 16 * h) % 32)) & 1u) << f;
+    return code;
 }
 }  // namespace
 
@@ -218,7 +214,7 @@ PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool ga
                                             if (int4) {
                                                 word |= code << (4 * m + 16 * half);
                                             } else {
-                                                word |= mxfp4_place(code, m) << (16 * half);
+                                                word |= mxfp4_place(code, m, half);
                                             }
                                         }
                                     }
@@ -323,7 +319,7 @@ void dequantize_prepared(const PreparedMoeWeights& w, int expert, std::span<floa
                 const float sc = bf16_bits_to_float(load_u16(recp + blocks * 512 + blk * scb + g * 8 + slot * 2));
                 v = static_cast<float>(static_cast<int>(code) - 8) * sc;
             } else {
-                const unsigned code = mxfp4_code((word >> (16 * half)) & 0xFFFFu, m);
+                const unsigned code = mxfp4_code(word, m, half);
                 const unsigned sc = static_cast<uint8_t>(recp[blocks * 512 + blk * scb + g * 4 + slot]);
                 v = std::ldexp(e2m1_value(code), static_cast<int>(sc) - 127);
             }

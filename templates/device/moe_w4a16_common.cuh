@@ -13,14 +13,16 @@
 // 2t+9; a3: row g+8, same k; k relative to 64q + 16s) as eight 4-bit codes. The low element of
 // each pair sits in the low 16 bits, the high element in the high 16 bits:
 //   INT4:  nibble m of each half (bits 4m..4m+3) is a_m's code (q + 8, as in the checkpoint).
-//   MXFP4: a_m's E2M1 code (sign s, exponent e1 e0, mantissa m0) sits in each half at
-//            a0: m0 e0 e1 = bits 6, 7, 8,  s = bit 15    (in place: one lop3)
-//            a1: bits 3, 4, 5,  s = bit 12                (one shift by 3, one lop3)
-//            a2: bits 0, 1, 2,  s = bit 9                 (one shift by 6, one lop3)
-//            a3: m0 e0 = bits 10, 11, e1 = bit 13, s = bit 14   (three shifts, three lop3)
-//          so that the masked bits land on a bf16's sign, exponent bits 0-1 and mantissa bit 6
-//          (11 integer operations per word, against 13 for four 3-bit fields plus four sign bits).
-// so that shifts and lop3s turn a word into the bf16x2 register for a_m (INT4: one shift, one lop3).
+//   MXFP4: a_m's E2M1 code (sign s, exponent e1 e0, mantissa m0) of the low element sits at these bits
+//          of the word (the high element's at the same positions + 16, mod 32):
+//            a0: m0 e0 e1 = bits 6, 7, 8,    s = bit 15   (in place: one lop3)
+//            a1: bits 2, 3, 4,               s = bit 11   (one shift left by 4, one lop3)
+//            a2: bits 28, 29, 30,            s = bit 5    (one rotation by 10, one lop3)
+//            a3: m0 = bit 0, e0 e1 = bits 25, 26, s = bit 1   (shift left by 6, rotation by 14, two lop3)
+//          so that the masked bits land on a bf16's sign, exponent bits 0-1 and mantissa bit 6: nine
+//          integer operations per word, five of them lop3 (the placement within 16-bit halves needed 11,
+//          eight of them on the integer ALU, which bounds the MXFP4 consumers).
+// Shifts, rotations and lop3s turn a word into the bf16x2 register of each a_m (INT4: one shift, one lop3).
 //
 // Dequantisation preserves the unfused rounding order exactly:
 //   INT4:  bf16(q + 128) - 136 (exact) then * scale (one bf16 rounding) == bf16((code - 8) * scale)
@@ -293,9 +295,9 @@ __device__ __forceinline__ void dequant_int4_word(u32 w, u32 sg, u32 sg8, u32 (&
 __device__ __forceinline__ void mxfp4_bits(u32 w, u32 (&v)[4]) {
     constexpr u32 kField = 0x81C081C0u;  // sign bit 15, bits 6-8 of each half
     v[0] = w & kField;
-    v[1] = (w << 3) & kField;
-    v[2] = (w << 6) & kField;
-    v[3] = and_or(w << 1, 0x80008000u, and_or(w >> 5, 0x01000100u, (w >> 4) & 0x00C000C0u));
+    v[1] = (w << 4) & kField;
+    v[2] = __funnelshift_l(w, w, 10) & kField;
+    v[3] = and_or(__funnelshift_l(w, w, 14), 0x81808180u, (w << 6) & 0x00400040u);
 }
 
 // MXFP4, scale bytes s <= 128. mg / mg8: 2^(s-1) multipliers of rows g (low half) and g+8 (high half).

@@ -138,21 +138,24 @@ constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
 // Row-block `blk` of one record -> w[row][k] (16 rows x 64 inputs), exact bf16 values.
 
-// MXFP4 fields of element m within one 16-bit half of a layout word (the placement of
-// templates/device/moe_w4a16_common.cuh): E2M1 magnitude e1 e0 m0 and sign.
+// MXFP4 fields of element m of a layout word (the placement of templates/device/moe_w4a16_common.cuh),
+// read from x = the word for the low element or the word rotated right by 16 for the high one:
+// E2M1 magnitude e1 e0 m0 and sign.
 template <class T>
-inline T mxfp4_mag(T h, int m) {
+inline T mxfp4_mag(T x, int m) {
     switch (m) {
-        case 0: return (h >> 6) & 7u;
-        case 1: return (h >> 3) & 7u;
-        case 2: return h & 7u;
-        default: return ((h >> 10) & 3u) | (((h >> 13) & 1u) << 2);
+        case 0: return (x >> 6) & 7u;
+        case 1: return (x >> 2) & 7u;
+        case 2: return (x >> 28) & 7u;
+        default: return (x & 1u) | ((x >> 24) & 6u);
     }
 }
 template <class T>
-inline T mxfp4_sign(T h, int m) {
-    return (h >> (m == 0 ? 15 : m == 1 ? 12 : m == 2 ? 9 : 14)) & 1u;
+inline T mxfp4_sign(T x, int m) {
+    return (x >> (m == 0 ? 15 : m == 1 ? 11 : m == 2 ? 5 : 1)) & 1u;
 }
+// The word as seen by element half h (0: low, 1: high).
+inline u32 mxfp4_half_view(u32 word, int h) { return h ? (word >> 16) | (word << 16) : word; }
 template <int kFormat>
 inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
     const u8* wb = rec + blk * 512;
@@ -177,7 +180,7 @@ inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
                 const int k = 16 * s + 2 * t + 8 * (m >> 1);
                 const float scale = sc[2 * grp + (m & 1)];
                 for (int half = 0; half < 2; ++half) {
-                    const u32 bits = word >> (16 * half);
+                    const u32 bits = kFormat == kFormatInt4 ? word >> (16 * half) : mxfp4_half_view(word, half);
                     float v;
                     if constexpr (kFormat == kFormatInt4) {
                         const int code = static_cast<int>((bits >> (4 * m)) & 0xfu);
@@ -256,10 +259,12 @@ inline void decode_vectors(const u8* rec, int blk, f32x8 (&dec)[8][4][4]) {
             sc[par] = f32x8{s0, s0, s0, s0, s1, s1, s1, s1};
         }
         for (int t = 0; t < 4; ++t) {
-            u16 halves[8];
-            __builtin_memcpy(halves, wb + (4 * g + t) * 16, 16);
-            u32x8 v;
-            for (int e = 0; e < 8; ++e) v[e] = halves[e];
+            u32 words[4];
+            __builtin_memcpy(words, wb + (4 * g + t) * 16, 16);
+            u32x8 v;  // element e: word e / 2, half e % 2 (INT4: that half; MXFP4: the word as that half sees it)
+            for (int e = 0; e < 8; ++e)
+                v[e] = kFormat == kFormatInt4 ? (words[e >> 1] >> (16 * (e & 1))) & 0xffffu
+                                              : mxfp4_half_view(words[e >> 1], e & 1);
             for (int m = 0; m < 4; ++m) {
                 f32x8 val;
                 if constexpr (kFormat == kFormatInt4) {
