@@ -10,11 +10,10 @@
 //                 = [row g grp 2q, row g+8 grp 2q, row g grp 2q+1, row g+8 grp 2q+1]
 // A lane's 16 bytes are four 32-bit words, one per k16 step s of the record. Word s holds the lane's
 // m16n8k16 A fragment {a0, a1, a2, a3} (a0: row g, k 2t,2t+1; a1: row g+8, same k; a2: row g, k 2t+8,
-// 2t+9; a3: row g+8, same k; k relative to 64q + 16s) as eight 4-bit codes. The low element of
-// each pair sits in the low 16 bits, the high element in the high 16 bits:
+// 2t+9; a3: row g+8, same k; k relative to 64q + 16s) as eight 4-bit codes. The high element of
+// each pair sits 16 bits above the low one (mod 32):
 //   INT4:  nibble m of each half (bits 4m..4m+3) is a_m's code (q + 8, as in the checkpoint).
-//   MXFP4: a_m's E2M1 code (sign s, exponent e1 e0, mantissa m0) of the low element sits at these bits
-//          of the word (the high element's at the same positions + 16, mod 32):
+//   MXFP4: a_m's E2M1 code (sign s, exponent e1 e0, mantissa m0) of the low element sits at these bits:
 //            a0: m0 e0 e1 = bits 6, 7, 8,    s = bit 15   (in place: one lop3)
 //            a1: bits 2, 3, 4,               s = bit 11   (one shift left by 4, one lop3)
 //            a2: bits 28, 29, 30,            s = bit 5    (one rotation by 10, one lop3)
