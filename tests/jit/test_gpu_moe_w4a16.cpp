@@ -316,6 +316,8 @@ TEST_CASE("moe_w4a16: the layer matches the CPU reference") {
         {"prefill odd K, 2048 tokens", F::int4_g32_bf16, silu, 352, 160, 12, 4, 2048, "skewed", 4},
         {"prefill 8192 tokens", F::mxfp4_g32_e8m0, situ, 256, 96, 24, 6, 8192, "uniform", 4},
         {"prefill hot expert 4096, odd sizes", F::int4_g32_bf16, silu, 224, 320, 16, 6, 4096, "hot", 4},
+        {"prefill 4099 tokens top-3 (ids not a multiple of 4)", F::int4_g32_bf16, silu, 256, 128, 24, 3, 4099,
+         "uniform", 4},
         {"prefill foreign slots 2048", F::int4_g32_bf16, situ, 256, 160, 48, 8, 2048, "foreign", 4},
         {"prefill half the experts empty 8192", F::int4_g32_bf16, situ, 160, 96, 32, 4, 8192, "half_empty", 4},
         {"prefill skewed 16384, K 352", F::mxfp4_g32_e8m0, silu, 352, 64, 64, 4, 16384, "skewed", 4},
