@@ -180,12 +180,12 @@ inline void decode_block(const u8* rec, int blk, float (&w)[16][64]) {
                 const int k = 16 * s + 2 * t + 8 * (m >> 1);
                 const float scale = sc[2 * grp + (m & 1)];
                 for (int half = 0; half < 2; ++half) {
-                    const u32 bits = kFormat == kFormatInt4 ? word >> (16 * half) : mxfp4_half_view(word, half);
                     float v;
                     if constexpr (kFormat == kFormatInt4) {
-                        const int code = static_cast<int>((bits >> (4 * m)) & 0xfu);
+                        const int code = static_cast<int>((word >> (16 * half + 4 * m)) & 0xfu);
                         v = round_bf16(static_cast<float>(code - 8) * scale);
                     } else {
+                        const u32 bits = mxfp4_half_view(word, half);
                         const float mag = kE2M1[mxfp4_mag(bits, m)];
                         v = (mxfp4_sign(bits, m) ? -mag : mag) * scale;
                     }
