@@ -24,7 +24,9 @@
 //   both prefill GEMMs are the warp-specialised kernel (moe_w4a16_prefill_wgmma_ws.cuh: one m-block per
 //   CTA with wgmma N up to 192, a producer warpgroup feeding a ring of one-record slots through full /
 //   empty mbarriers, 384 threads, one CTA per SM, block_k 64, `stages` = ring slots, the token tile
-//   resident for short K); its down writes its rows as tiles of 64 columns (one bulk copy each).
+//   resident for short K); its down writes its rows as tiles of 64 columns (one bulk copy each). The
+//   router weight goes into its gate_up's intermediate (before the rounding) instead of down's rows, so
+//   the two run as a pair with the same block_m.
 //
 // Baked in: weight format, n, k (their padding and whether K needs masking), block_m = 8 x token tiles
 // (8, 16 or 32), pipeline stages, block_k = 64 x K records per stage, the activation (flag bit 2), the

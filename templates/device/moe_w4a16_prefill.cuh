@@ -81,14 +81,20 @@ __host__ __device__ constexpr int prefill_default_stages() {
 // stores two adjacent columns of one token (4-byte stores): even g keeps token 2t, odd g token 2t + 1.
 // r: the tile row this lane stores (8 ti + 2t + odd), pos: its sorted row, rb: the row-block in the
 // matrix, wt: its router weight (kMode 2). kMode 0: the GLU of (gate, up) = (row g, row g + 8) into the
-// intermediate; kMode 2: router-weighted bf16 rows of down.
-template <int kMode, int kAct>
+// intermediate; with kWeightIn, times the router weights of tokens 2t and 2t + 1 (wt2) before the one
+// rounding, so that down needs no weights; kMode 2: router-weighted bf16 rows of down.
+template <int kMode, int kAct, bool kWeightIn = false>
 __device__ __forceinline__ void prefill_store_tile(const DecodeParams& p, float c0, float c1, float c2, float c3, int g,
-                                                   int r, long long pos, int rb, int valid, float wt) {
+                                                   int r, long long pos, int rb, int valid, float wt,
+                                                   float2 wt2 = make_float2(1.0f, 1.0f)) {
     const int odd = g & 1;
     if constexpr (kMode == 0) {
-        const float v0 = glu<kAct>(c0, c2);  // token 2t
-        const float v1 = glu<kAct>(c1, c3);  // token 2t + 1
+        float v0 = glu<kAct>(c0, c2);  // token 2t
+        float v1 = glu<kAct>(c1, c3);  // token 2t + 1
+        if constexpr (kWeightIn) {
+            v0 *= wt2.x;
+            v1 *= wt2.y;
+        }
         const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
         const int col = rb * 8 + g - odd;
         if (r < valid)

@@ -23,9 +23,12 @@
 // (accumulators restart with scale-d 0; one super-block's epilogue overlaps the producers' loads for
 // the next). kRes = 0: every slot holds one record of tokens and one of weights.
 //
-// Epilogues. gate_up (kMode 0): prefill_store_tile, as moe_w4a16_prefill_wgmma. down (kMode 2, rows):
-// the accumulators hold [channel][token]; each warpgroup transposes its 64 channels x kBM tokens with
-// stmatrix.trans (router weight applied in fp32, one bf16 rounding) into a staging tile laid out as one
+// Epilogues. gate_up (kMode 0): prefill_store_tile, as moe_w4a16_prefill_wgmma, but the intermediate
+// row is multiplied by its router weight in fp32 before its one bf16 rounding (the weight goes in here,
+// once per intermediate element, and not in down's epilogue, once per output element: there its loads
+// and multiplies held both warpgroups while the tensor core idled). down (kMode 2, rows): the
+// accumulators hold [channel][token]; each warpgroup transposes its 64 channels x kBM tokens with
+// stmatrix.trans (one bf16 rounding) into a staging tile laid out as one
 // tile of the tiled rows (moe_w4a16_combine.cuh: kBM rows x 64 columns, 16-byte chunks swizzled by the
 // row, so the stmatrix rows fall in distinct banks), and one thread sends the m-block's valid rows with a
 // single bulk copy that drains while the warpgroup computes the next super-block. Stores from the
@@ -47,9 +50,8 @@ constexpr int kWsThreads = kWsConsumerThreads + kWsProducerThreads;
 constexpr int kWsSmemLimit = 232448;
 
 
-// Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: staging
-// tile (kBM rows of 128 + 8 bf16 columns: the 8 rows an stmatrix writes fall in different banks) and the
-// m-block's router weights and slots (kBM floats, kBM ints) | mbarriers (full per slot, empty per slot, one per resident record)].
+// Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: two
+// staging tiles (one per warpgroup); gate_up: the m-block's router weights (kBM floats) | mbarriers (full per slot, empty per slot, one per resident record)].
 template <int kFormat, int kBM, int kRes>
 struct PrefillWsSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
@@ -61,7 +63,7 @@ struct PrefillWsSmem {
 template <int kFormat, int kBM, int kRes, int kMode = 0>
 __host__ __device__ constexpr int prefill_ws_smem_bytes(int slots) {
     using SM = PrefillWsSmem<kFormat, kBM, kRes>;
-    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? 2 * SM::kTile + kBM * 4 : 0) +
+    return (kRes > 0 ? kRes : slots) * SM::kXRec + slots * SM::kRec + (kMode == 2 ? 2 * SM::kTile : kBM * 4) +
            ((8 * (2 * slots + (kRes > 0 ? kRes : 1)) + 127) / 128) * 128;
 }
 
@@ -103,9 +105,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     const u32 sbase = smem_addr(smem_ws);
     if ((sbase & 1023u) != 0) __trap();  // the swizzled token atoms need 1024-byte alignment
     const u32 wbase = sbase + (kRes > 0 ? kRes : kSlots) * kXRec;
-    const u32 stg = wbase + kSlots * kRec;                          // down: staging tile
-    const u32 wts = stg + (kMode == 2 ? 2 * SM::kTile : 0);  // down: router weights
-    const u32 full = wts + (kMode == 2 ? kBM * 4 : 0);
+    const u32 stg = wbase + kSlots * kRec;  // down: staging tiles; gate_up: the m-block's router weights
+    const u32 full = stg + (kMode == 2 ? 2 * SM::kTile : kBM * 4);
     const u32 empty = full + 8 * kSlots;
     const u32 xbar = empty + 8 * kSlots;  // kRes > 0: one per resident record
     if (tid == 0) {
@@ -191,8 +192,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
 #pragma unroll
     for (int i = 0; i < kBM / 2; ++i) acc[i] = 0.0f;
     const int v = warp >> 2;  // consumer warpgroup
-    if constexpr (kMode == 2) {
-        float* w = reinterpret_cast<float*>(smem_ws + (wts - sbase));
+    if constexpr (kMode == 0) {
+        // the m-block's router weights (0 past `valid`), read by the epilogue; the load overlaps the first records
+        float* w = reinterpret_cast<float*>(smem_ws + (stg - sbase));
         for (int r = tid; r < kBM; r += kWsConsumerThreads) w[r] = r < valid ? __ldg(p.sorted_weight + mb * kBM + r) : 0.0f;
         named_barrier(1, kWsConsumerThreads);
     }
@@ -205,21 +207,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         // the bulk copy of the last super-block has read the staging tile
         if (leader) bulk_wait_read<0>();
         named_barrier(2 + v, 128);
-        const float* w = reinterpret_cast<const float*>(smem_ws + (wts - sbase));
-        // router weights of the thread's token pairs, loaded before the first use (the A buffers are free)
-        float2 wr[kTiles];
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) wr[j] = *reinterpret_cast<const float2*>(w + 8 * j + 2 * t);
 #pragma unroll
         for (int j = 0; j < kTiles; j += 2) {
             if (j >= ntiles) continue;
-            const float2 w0 = wr[j], w1 = wr[j + 1];
-            const u32 r0 = pack_bf16x2(w0.x * acc[4 * j], w0.y * acc[4 * j + 1]);
-            const u32 r1 = pack_bf16x2(w0.x * acc[4 * j + 2], w0.y * acc[4 * j + 3]);
-            const u32 r2 = pack_bf16x2(w1.x * acc[4 * j + 4], w1.y * acc[4 * j + 5]);
-            const u32 r3 = pack_bf16x2(w1.x * acc[4 * j + 6], w1.y * acc[4 * j + 7]);
-            // (no memory clobber: the router-weight loads may move ahead of earlier stmatrix; the fence and
-            // the barrier below order the staging writes against the copy)
+            const u32 r0 = pack_bf16x2(acc[4 * j], acc[4 * j + 1]);
+            const u32 r1 = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+            const u32 r2 = pack_bf16x2(acc[4 * j + 4], acc[4 * j + 5]);
+            const u32 r3 = pack_bf16x2(acc[4 * j + 6], acc[4 * j + 7]);
+            // (no memory clobber: the fence and the barrier below order the staging writes against the copy)
             asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(st_lane + j * 8 * 128),
                          "r"(r0), "r"(r1), "r"(r2), "r"(r3));
         }
@@ -246,8 +241,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
             if (j >= ntiles) continue;
             const int r = 8 * j + 2 * t + odd;
             const long long pos = row0 + r;
-            prefill_store_tile<0, kAct>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r, pos,
-                                        8 * sb + warp, valid, 0.0f);
+            const float2 wt2 = *reinterpret_cast<const float2*>(smem_ws + (stg - sbase) + 4 * (8 * j + 2 * t));
+            prefill_store_tile<0, kAct, true>(p, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], g, r, pos,
+                                              8 * sb + warp, valid, 0.0f, wt2);
         }
     };
 
@@ -269,21 +265,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         const u64 desc = desc_x + (static_cast<u32>((kRes > 0 ? q : s) * kXRec) >> 4);
         const bool first = q == 0;
         wgmma::fence();
+        // commit in each case: after the switch, ptxas issues an empty wgmma to carry the commit
         switch (nsel) {
-            case 1: prefill_record_mma<16>(acc, ar, desc, first); break;
-            case 2: prefill_record_mma<32>(acc, ar, desc, first); break;
-            case 3: prefill_record_mma<48>(acc, ar, desc, first); break;
-            case 4: prefill_record_mma<64>(acc, ar, desc, first); break;
-            case 5: prefill_record_mma<80>(acc, ar, desc, first); break;
-            case 6: prefill_record_mma<96>(acc, ar, desc, first); break;
-            case 7: prefill_record_mma<112>(acc, ar, desc, first); break;
-            case 8: prefill_record_mma<128>(acc, ar, desc, first); break;
-            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, ar, desc, first); break;
-            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, ar, desc, first); break;
-            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, ar, desc, first); break;
-            default: prefill_record_mma<kBM>(acc, ar, desc, first); break;
+            case 1: prefill_record_mma<16>(acc, ar, desc, first); wgmma::commit(); break;
+            case 2: prefill_record_mma<32>(acc, ar, desc, first); wgmma::commit(); break;
+            case 3: prefill_record_mma<48>(acc, ar, desc, first); wgmma::commit(); break;
+            case 4: prefill_record_mma<64>(acc, ar, desc, first); wgmma::commit(); break;
+            case 5: prefill_record_mma<80>(acc, ar, desc, first); wgmma::commit(); break;
+            case 6: prefill_record_mma<96>(acc, ar, desc, first); wgmma::commit(); break;
+            case 7: prefill_record_mma<112>(acc, ar, desc, first); wgmma::commit(); break;
+            case 8: prefill_record_mma<128>(acc, ar, desc, first); wgmma::commit(); break;
+            case 9: prefill_record_mma<(kBM > 128 ? 144 : 128)>(acc, ar, desc, first); wgmma::commit(); break;
+            case 10: prefill_record_mma<(kBM > 128 ? 160 : 128)>(acc, ar, desc, first); wgmma::commit(); break;
+            case 11: prefill_record_mma<(kBM > 128 ? 176 : 128)>(acc, ar, desc, first); wgmma::commit(); break;
+            default: prefill_record_mma<kBM>(acc, ar, desc, first); wgmma::commit(); break;
         }
-        wgmma::commit();
         wgmma::wait<kInFlight>();  // retires the record kInFlight back: its slot goes back to the producers
         if (held[0] >= 0 && lane == 0) mbar_arrive(empty + 8 * held[0]);
 #pragma unroll
