@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     // wgmma groups a consumer warpgroup keeps in flight (H200, K2 TP8 gate_up: 1 -> 2 was 950 -> 868 us;
     // 3 and 4 measured the same as 2)
     constexpr int kInFlight = 2;
+    constexpr int kStagger = 2;  // records between the two consumer warpgroups when a CTA walks super-blocks
 
     extern __shared__ __align__(1024) unsigned char smem_ws[];
 
@@ -287,14 +288,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         held[kInFlight - 1] = s;
         ring_advance(s, ph, kSlots);
     };
+    // Several super-blocks per CTA: warpgroup 1 starts kStagger records after warpgroup 0 and keeps that
+    // offset, so that one drains and stores a super-block while the other still issues wgmmas.
+    constexpr bool kStaggered = kNsb > 1;
+    const int stagger_at = kStaggered && v == 0 ? min(kStagger, nq) - 1 : -1;
+    if (kStaggered && v == 1) named_barrier(4, kWsConsumerThreads);
 #pragma unroll 1
     for (int sb = sb0; sb < sb0 + total / nq; ++sb) {
         // kInFlight + 1 A buffers (distinct registers: the loop is unrolled by that), kInFlight groups in flight
 #pragma unroll 1
         for (int q = 0; q < nq; q += kInFlight + 1) {
 #pragma unroll
-            for (int b = 0; b <= kInFlight; ++b)
+            for (int b = 0; b <= kInFlight; ++b) {
                 if (b == 0 || q + b < nq) record(a[b], q + b);
+                if (kStaggered && sb == sb0 && q + b == stagger_at) named_barrier_arrive(4, kWsConsumerThreads);
+            }
         }
         // super-block done: drain, store; the next one starts from zero (scale-d 0)
         wgmma::wait<0>();
