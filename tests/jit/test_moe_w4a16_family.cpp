@@ -545,8 +545,8 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
     const KernelDescriptor g128 = pg(gu, true, 128);
     CHECK(g128.config.stages == 11);  // 16 KB + 4,608 B per slot
     CHECK(MoeW4A16Family().max_dynamic_smem(g128) == 231680u);
-    // down (rows): the same kernel with the m-block's token tile resident (K 256: 4 records of 24 KB) and a
-    // staging tiles for the transposing epilogue (2 x 192 rows x 128 bytes): 18 slots.
+    // down (rows): the same kernel with the m-block's token tile resident (K 256: 4 records of 24 KB) and two
+    // staging tiles for the transposing epilogue (192 rows x 128 bytes each): 18 slots.
     const KernelDescriptor d192 = pg(dn, false, 192);
     CHECK(MoeW4A16Family::prefill_ws(d192));
     CHECK(MoeW4A16Family::prefill_ws(g192));
