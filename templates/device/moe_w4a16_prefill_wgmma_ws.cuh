@@ -141,13 +141,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
         }
         const u32 dst0 = h * 1024 + r8 * 128 + ((c ^ r8) << 4);
         auto copy_x = [&](int q, u32 dst) {  // record q (K offset 64 q) of the token rows
+            // the record's base once, so that each copy adds only its row's 32-bit offset (the empty asm
+            // keeps the compiler from folding q back into every row's 64-bit address)
+            u64 xb = reinterpret_cast<u64>(p.x) + static_cast<u64>(q) * 128u;
+            asm volatile("" : "+l"(xb));
+            const __nv_bfloat16* xq = reinterpret_cast<const __nv_bfloat16*>(xb);
 #pragma unroll
             for (int j = 0; j < kRows; ++j) {
                 if (xo[j] != ~0u) {
                     int bytes = 16;
                     if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + c * 8)) * 2));
-                    cp_async16(dst + j * 2048, bytes ? static_cast<const void*>(p.x + xo[j] + q * 64) : static_cast<const void*>(p.x),
-                               bytes);
+                    cp_async16(dst + j * 2048, bytes ? static_cast<const void*>(xq + xo[j]) : static_cast<const void*>(p.x), bytes);
                 }
             }
         };
