@@ -211,7 +211,8 @@ int moe_w4a16_prefill_wgmma_default_stages(WeightFormat f, int recs, int par) {
 
 uint32_t moe_w4a16_prefill_ws_smem(WeightFormat f, int block_m, int slots, int resident, bool down) {
     const int x_rec = block_m * 128;
-    const int staging = down ? block_m * 256 : block_m * 4;  // down: two 64-column tiles of bf16 rows; gate_up: router weights
+    // down: two 64-column tiles of bf16 rows; gate_up: the m-block's router weights
+    const int staging = down ? block_m * 256 : block_m * 4;
     return static_cast<uint32_t>((resident > 0 ? resident : slots) * x_rec + slots * record_bytes(f) + staging +
                                  round_up(8 * (2 * slots + std::max(1, resident)), 128));
 }

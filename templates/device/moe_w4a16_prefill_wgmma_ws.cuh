@@ -51,7 +51,8 @@ constexpr int kWsSmemLimit = 232448;
 
 
 // Shared memory: [token records (kRes of them, or one per slot) | kSlots weight records | down: two
-// staging tiles (one per warpgroup); gate_up: the m-block's router weights (kBM floats) | mbarriers (full per slot, empty per slot, one per resident record)].
+// staging tiles (one per warpgroup); gate_up: the m-block's router weights (kBM floats) | mbarriers
+// (full per slot, empty per slot, one per resident record)].
 template <int kFormat, int kBM, int kRes>
 struct PrefillWsSmem {
     using LB = LayoutBytes<kFormat, kDecodeBlocks>;
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
                 if (xo[j] != ~0u) {
                     int bytes = 16;
                     if constexpr (kMaskK) bytes = max(0, min(16, (p.k_real - (q * 64 + c * 8)) * 2));
-                    cp_async16(dst + j * 2048, bytes ? static_cast<const void*>(xq + xo[j]) : static_cast<const void*>(p.x), bytes);
+                    cp_async16(dst + j * 2048, bytes ? static_cast<const void*>(xq + xo[j]) : static_cast<const void*>(p.x),
+                               bytes);
                 }
             }
         };

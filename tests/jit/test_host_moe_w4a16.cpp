@@ -1,11 +1,12 @@
 // moe_w4a16 on the host target: the dequantiser is bit-identical to the unfused bf16 form, routing prep
 // builds the m-block structure the GEMMs read, and the whole layer (routing, gate_up + GLU, down +
 // combine) matches the CPU reference (model/reference routed_experts on the checkpoint weights
-// dequantised exactly) within bf16 tolerance for both formats and activations, skewed routings, empty experts, a hot expert, tokens with no local
-// expert, odd sizes and the K2 / K3 expert shapes (whole and TP8-sliced), in the decode configurations and in the prefill one (block_m 64 routing, the
-// prefill gate_up and down-rows kinds, combine), and the combine alone with rows at their slot positions or
-// in slot order. Outputs are poisoned (NaN) before every run; every layer case
-// runs twice (the layer must leave its accumulator clean).
+// dequantised exactly) within bf16 tolerance for both formats and activations, skewed routings, empty
+// experts, a hot expert, tokens with no local expert, odd sizes and the K2 / K3 expert shapes (whole and
+// TP8-sliced), in the decode configurations and in the prefill one (block_m 64 routing, the prefill
+// gate_up and down-rows kinds, combine), and the combine alone with rows at their slot positions or in
+// slot order. Outputs are poisoned (NaN) before every run; every layer case runs twice (the layer must
+// leave its accumulator clean).
 #include <doctest/doctest.h>
 
 #include <algorithm>
