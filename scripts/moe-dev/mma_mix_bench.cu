@@ -22,14 +22,13 @@
 #include <cstdlib>
 #include <vector>
 
-#include "device/moe_w4a16_common.cuh"
 #include "cuda_check.cuh"
+#include "device/moe_w4a16_common.cuh"
 #include "device/wgmma.cuh"
 
 using namespace kiln_dev::moe;
 using kiln_dev::u32;
 using kiln_dev::u64;
-
 
 enum Mode : int { kDequant = 0, kMma1, kMma2, kMma2Only, kWgmma16, kWgmma8 };
 const char* const kModeNames[] = {"dequant", "mma1", "mma2", "mma2only", "wgmma16", "wgmma8"};

@@ -37,14 +37,13 @@
 #include <thread>
 #include <vector>
 
-#include "harness_kernels.cuh"
 #include "cuda_check.cuh"
+#include "harness_kernels.cuh"
 #include "jit/moe_w4a16_schedule.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 
 using namespace kiln::jit::moe;
 using harness::DecodeKernel;
-
 
 namespace {
 

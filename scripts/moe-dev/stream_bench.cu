@@ -10,13 +10,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "device/moe_w4a16_common.cuh"
 #include "cuda_check.cuh"
+#include "device/moe_w4a16_common.cuh"
 
 using namespace kiln_dev::moe;
 using kiln_dev::u32;
 using kiln_dev::u64;
-
 
 struct Args {
     const unsigned char* base;
