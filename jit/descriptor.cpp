@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/family.hpp"
 #include "runtime/error.hpp"
 
 namespace kiln::jit {
@@ -64,19 +65,30 @@ Target parse_target(std::string_view s) {
     return Target::sm(arch, suffix);
 }
 
-std::string to_string(const KernelConfig& c) {
-    return fmt::format("bm={},bn={},bk={},st={},cta={},wp={},fl={}", c.block_m, c.block_n, c.block_k, c.stages,
-                       c.ctas_per_sm, c.warps, c.flags);
-}
-
 size_t DescriptorHash::operator()(const KernelDescriptor& d) const noexcept {
     return static_cast<size_t>(XXH3_64bits(&d, sizeof d));
 }
 
-std::string to_string(const KernelDescriptor& d) {
+std::string to_string(const KernelDescriptor& d, const FamilyRegistry& families) {
+    std::string cfg;
+    if (const Family* f = families.find(d.family.view())) {
+        cfg = f->config_text(d.config);
+    } else {
+        cfg = "raw:";
+        for (uint8_t b : d.config.bytes) cfg += fmt::format("{:02x}", b);
+    }
     return fmt::format("{}/{} m={} n={} k={} e={} topk={} w={} a={} target={} cfg={}", d.family.view(), d.mode.view(),
                        d.m, d.n, d.k, d.experts, d.topk, to_string(d.weight_format), runtime::to_string(d.act_dtype),
-                       to_string(d.target), to_string(d.config));
+                       to_string(d.target), cfg);
+}
+
+std::string to_string(const KernelDescriptor& d) { return to_string(d, builtin_families()); }
+
+std::string config_column(const KernelDescriptor& d) {
+    const Family* f = builtin_families().find(d.family.view());
+    const std::string cfg = f ? f->config_text(d.config) : std::string();
+    if (d.topk == 0) return cfg;
+    return cfg.empty() ? fmt::format("topk={}", d.topk) : fmt::format("topk={},{}", d.topk, cfg);
 }
 
 namespace {
@@ -106,8 +118,11 @@ constexpr int64_t k_i32_max = 2147483647;
 
 }  // namespace
 
-KernelDescriptor parse_descriptor(std::string_view text) {
+KernelDescriptor parse_descriptor(std::string_view text) { return parse_descriptor(text, builtin_families()); }
+
+KernelDescriptor parse_descriptor(std::string_view text, const FamilyRegistry& families) {
     KernelDescriptor d;
+    std::string_view cfg;
     std::vector<std::string_view> tokens = split(text, ' ');
     if (tokens.empty()) throw InvalidArgument("empty kernel descriptor");
     size_t slash = tokens[0].find('/');
@@ -128,25 +143,10 @@ KernelDescriptor parse_descriptor(std::string_view text) {
         else if (key == "w") d.weight_format = parse_weight_format(val);
         else if (key == "a") d.act_dtype = runtime::parse_dtype(val);
         else if (key == "target") d.target = parse_target(val);
-        else if (key == "cfg") {
-            for (std::string_view kv : split(val, ',')) {
-                size_t e2 = kv.find('=');
-                if (e2 == std::string_view::npos) throw InvalidArgument(fmt::format("'{}': expected key=value", kv));
-                std::string_view ck = kv.substr(0, e2), cv = kv.substr(e2 + 1);
-                KernelConfig& c = d.config;
-                if (ck == "bm") c.block_m = parse_int<uint16_t>(cv, ck, 0, 65535);
-                else if (ck == "bn") c.block_n = parse_int<uint16_t>(cv, ck, 0, 65535);
-                else if (ck == "bk") c.block_k = parse_int<uint16_t>(cv, ck, 0, 65535);
-                else if (ck == "st") c.stages = parse_int<uint8_t>(cv, ck, 0, 255);
-                else if (ck == "cta") c.ctas_per_sm = parse_int<uint8_t>(cv, ck, 0, 255);
-                else if (ck == "wp") c.warps = parse_int<uint8_t>(cv, ck, 0, 255);
-                else if (ck == "fl") c.flags = parse_int<uint32_t>(cv, ck, 0, 4294967295LL);
-                else throw InvalidArgument(fmt::format("unknown config field '{}'", ck));
-            }
-        } else {
-            throw InvalidArgument(fmt::format("unknown descriptor field '{}'", key));
-        }
+        else if (key == "cfg") cfg = val;
+        else throw InvalidArgument(fmt::format("unknown descriptor field '{}'", key));
     }
+    if (!cfg.empty()) d.config = families.get(d.family.view()).parse_config(cfg);
     return d;
 }
 

@@ -7,9 +7,10 @@
 // descriptor: it fills its default config and zeroes the fields it does not bake into the kernel, so
 // equal kernels have equal descriptors.
 //
-// Canonical text (CLI, logs, `kiln cache ls` config column), e.g.
-//   moe_routing/indexed m=0 n=0 k=0 e=64 topk=8 w=none a=i32 target=sm_90a cfg=bm=64,bn=0,bk=0,st=0,cta=0,wp=32,fl=0
-// parse_descriptor(to_string(d)) == d for every valid descriptor.
+// Canonical text (CLI, logs), e.g.
+//   moe_routing/indexed m=0 n=0 k=0 e=64 topk=8 w=none a=i32 target=sm_90a cfg=block_m=64,warps=32
+// with the config spelled by the family's field table (jit/family.hpp); parse_descriptor(to_string(d)) == d
+// for every valid descriptor of a registered family.
 #pragma once
 
 #include <cstdint>
@@ -61,18 +62,31 @@ struct Target {
 std::string to_string(const Target& t);    // "sm_90a" or "host"
 Target parse_target(std::string_view s);   // throws InvalidArgument
 
-// Tuning configuration. Zero means "not used by this family".
+// A family's configuration: the bytes of its own config struct (jit/families/*.hpp: named fields, at most
+// k_capacity bytes, zero-initialised, no padding), zero past its end. The family's field table names
+// every field for the descriptor text, `kiln cache ls` and `kiln jit compile` (jit/family.hpp).
 struct KernelConfig {
-    uint16_t block_m = 0, block_n = 0, block_k = 0;
-    uint8_t stages = 0;
-    uint8_t ctas_per_sm = 0;
-    uint8_t warps = 0;
-    uint8_t reserved0[3] = {};
-    uint32_t flags = 0;  // family-defined bits
-    uint32_t reserved1[2] = {};
+    static constexpr size_t k_capacity = 24;
+    uint8_t bytes[k_capacity] = {};
+
+    template <typename C>
+    static KernelConfig of(const C& c) {
+        static_assert(std::is_trivially_copyable_v<C> && std::has_unique_object_representations_v<C>,
+                      "a family config is a padding-free POD");
+        static_assert(sizeof(C) <= k_capacity, "a family config fits KernelConfig");
+        KernelConfig k;
+        std::memcpy(k.bytes, &c, sizeof c);
+        return k;
+    }
+    template <typename C>
+    C as() const {
+        static_assert(std::is_trivially_copyable_v<C> && sizeof(C) <= k_capacity);
+        C c;
+        std::memcpy(&c, bytes, sizeof c);
+        return c;
+    }
     friend bool operator==(const KernelConfig&, const KernelConfig&) = default;
 };
-std::string to_string(const KernelConfig& c);  // "bm=64,bn=0,bk=0,st=0,cta=0,wp=32,fl=0"
 
 struct KernelDescriptor {
     ShortName family;  // "moe_routing"
@@ -102,8 +116,15 @@ struct DescriptorHash {
     size_t operator()(const KernelDescriptor& d) const noexcept;
 };
 
+class FamilyRegistry;
+
+// The canonical text; the config as the family's named fields (raw bytes for a family `families` lacks).
 std::string to_string(const KernelDescriptor& d);
-// Throws InvalidArgument naming the offending token.
+std::string to_string(const KernelDescriptor& d, const FamilyRegistry& families);
+// The cache's config column: "topk=K," when the family bakes in top-k, then the named config fields.
+std::string config_column(const KernelDescriptor& d);
+// Throws InvalidArgument naming the offending token (an unknown family, field or value).
 KernelDescriptor parse_descriptor(std::string_view text);
+KernelDescriptor parse_descriptor(std::string_view text, const FamilyRegistry& families);
 
 }  // namespace kiln::jit

@@ -9,8 +9,8 @@
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_kernel_loader.hpp"
 #endif
-#include "runtime/cuda_driver.hpp"
-#include "runtime/device.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/device.hpp"
 #include "runtime/log.hpp"
 
 namespace kiln::jit {
@@ -151,7 +151,7 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
     i.weight_format = c.weight_format == WeightFormat::none ? "" : to_string(c.weight_format);
     i.act_dtype = runtime::to_string(c.act_dtype);
     i.target = to_string(c.target);
-    i.config = c.topk ? fmt::format("topk={},{}", c.topk, to_string(c.config)) : to_string(c.config);
+    i.config = config_column(c);
     i.kernel_name = out.lowered_name;
     i.compiler = actual;
     i.compile_ms = out.compile_ms;
@@ -190,7 +190,10 @@ const LoadedKernel& Dispatcher::load_slow(const KernelDescriptor& d) {
         lk->kernel = lk->library.kernel(o.artifact.info.kernel_name);
         lk->dynamic_smem = f.max_dynamic_smem(c);
         if (lk->dynamic_smem > 0) lk->kernel.set_max_dynamic_smem(static_cast<int>(lk->dynamic_smem), ctx.device());
+        if (const uint32_t carveout = f.preferred_smem_carveout(c))
+            lk->kernel.set_preferred_smem_carveout(static_cast<int>(carveout), ctx.device());
         lk->kernel.load_into_current_context();
+        lk->finish();
         timing.load_ms = ms_since(t1);
         loads_.fetch_add(1, std::memory_order_relaxed);
 

@@ -31,7 +31,7 @@
 #include "jit/moe_w4a16_weights.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/error.hpp"
-#include "runtime/host_executor.hpp"
+#include "runtime/host/stream.hpp"
 
 namespace kiln::jit {
 

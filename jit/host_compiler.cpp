@@ -45,7 +45,7 @@
 #endif
 
 #include "kiln_config.h"
-#include "runtime/host_kernel_abi.h"
+#include "runtime/host/kernel_abi.h"
 #include "runtime/log.hpp"
 
 namespace kiln::jit {

@@ -45,7 +45,7 @@ HostKernelSource HostKernelLoader::source(const KernelDescriptor& c) const {
     s.columns.experts = c.experts;
     s.columns.weight_format = c.weight_format == WeightFormat::none ? "" : to_string(c.weight_format);
     s.columns.act_dtype = runtime::to_string(c.act_dtype);
-    s.columns.config = to_string(c.config);
+    s.columns.config = config_column(c);
     s.columns.kernel_name = hs.entry;
     return s;
 }
@@ -70,6 +70,7 @@ const LoadedKernel& HostKernelLoader::load_slow(const KernelDescriptor& d) {
     k->key = mod->key();
     k->host_entry = reinterpret_cast<kiln_host_entry>(mod->entry(src.entries.front()));
     k->host_scratch_bytes = f.host_source(c).scratch_bytes;
+    k->finish();
 
     std::unique_lock lock(map_mu_);
     if (auto it = map_.find(c); it != map_.end()) {  // another thread got here first

@@ -16,10 +16,10 @@
 #include "jit/family_moe_routing.hpp"
 #include "jit/jit_cli.hpp"
 #include "jit/nvrtc.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/memory.hpp"
 #include "runtime/error.hpp"
-#include "runtime/stream.hpp"
+#include "runtime/cuda/stream.hpp"
 
 namespace kiln::jit {
 

@@ -11,7 +11,7 @@
 #include "jit/dispatcher.hpp"
 #include "jit/family.hpp"
 #include "jit/nvrtc.hpp"
-#include "runtime/device.hpp"
+#include "runtime/cuda/device.hpp"
 #include "runtime/exec_target.hpp"
 #include "runtime/error.hpp"
 

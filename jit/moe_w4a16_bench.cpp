@@ -20,10 +20,10 @@
 #include "jit/dispatcher.hpp"
 #include "jit/moe_w4a16.hpp"
 #include "runtime/bf16.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/memory.hpp"
 #include "runtime/error.hpp"
-#include "runtime/stream.hpp"
+#include "runtime/cuda/stream.hpp"
 
 namespace kiln::jit {
 

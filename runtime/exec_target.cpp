@@ -7,10 +7,12 @@
 #include <fmt/format.h>
 
 #include "kiln_config.h"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/device.hpp"
+#include "runtime/cuda/backend.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/device.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
+#include "runtime/host/stream.hpp"
 
 namespace kiln::runtime {
 
@@ -18,8 +20,6 @@ namespace {
 // -1: not set explicitly (read KILN_TARGET).
 std::atomic<int> g_pref{-1};
 }  // namespace
-
-const char* to_string(ExecTarget t) { return t == ExecTarget::cuda ? "cuda" : "host"; }
 
 const char* to_string(TargetPreference p) {
     switch (p) {
@@ -88,5 +88,10 @@ ExecTarget resolve_exec_target(TargetPreference p, std::string* why) {
 }
 
 ExecTarget exec_target(std::string* why) { return resolve_exec_target(target_preference(), why); }
+
+std::unique_ptr<Backend> make_backend(ExecTarget t, int device) {
+    if (t == ExecTarget::cuda) return std::make_unique<CudaBackend>(device);
+    return std::make_unique<HostBackend>();
+}
 
 }  // namespace kiln::runtime

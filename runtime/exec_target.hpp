@@ -3,15 +3,17 @@
 // Serving code asks exec_target() once and then talks to streams and kernels the same way on both.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "runtime/backend.hpp"
+
 namespace kiln::runtime {
 
-enum class ExecTarget { cuda, host };
+using ExecTarget = BackendKind;
 enum class TargetPreference { auto_select, cuda, host };
 
-const char* to_string(ExecTarget t);        // "cuda", "host"
 const char* to_string(TargetPreference p);  // "auto", "cuda", "host"
 // "host", "cuda" or "auto" (case-insensitive); anything else throws InvalidArgument.
 TargetPreference parse_target_preference(std::string_view s);
@@ -29,5 +31,8 @@ ExecTarget exec_target(std::string* why = nullptr);  // resolve_exec_target(targ
 
 // True when this kiln can run kernels on the host target (built with host_jit).
 bool host_target_available();
+
+// The backend of a target (device ordinal `device` for cuda); throws NoDevice without a device.
+std::unique_ptr<Backend> make_backend(ExecTarget t, int device = 0);
 
 }  // namespace kiln::runtime

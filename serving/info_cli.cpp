@@ -13,8 +13,8 @@
 #include "jit/nvrtc.hpp"
 #include "jit/template_store.hpp"
 #include "kiln_config.h"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/device.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/device.hpp"
 #include "runtime/exec_target.hpp"
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_compiler.hpp"

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "runtime/cuda_driver.hpp"
+#include "runtime/cuda/driver.hpp"
 
 int main(int argc, char** argv) {
     const kiln::runtime::DriverStatus& s = kiln::runtime::driver_status();

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include "device/prelude.cuh"
+#include "common/dequant_gemv_params.h"
 
 namespace kiln_dev {
 
@@ -26,9 +27,13 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* out) {
 
 template <int kN, int kK, int kMaxM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-dequant_gemv_int4_g32(const __nv_bfloat16* __restrict__ x, i32 m, const u32* __restrict__ weight_packed,
-                      const __nv_bfloat16* __restrict__ weight_scale, __nv_bfloat16* __restrict__ y) {
+dequant_gemv_int4_g32(const kiln_params::DequantGemvParams p) {
     static_assert(kK % 32 == 0, "K must be a multiple of the group size 32");
+    const __nv_bfloat16* __restrict__ x = p.x;
+    const u32* __restrict__ weight_packed = p.weight_packed;
+    const __nv_bfloat16* __restrict__ weight_scale = p.weight_scale;
+    __nv_bfloat16* __restrict__ y = p.y;
+    const i32 m = p.m;
     constexpr int kGroups = kK / 32;
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);

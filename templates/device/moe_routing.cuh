@@ -17,15 +17,20 @@
 #pragma once
 
 #include "device/prelude.cuh"
+#include "common/moe_routing_params.h"
 
 namespace kiln_dev {
 
 template <int kExperts, int kTopK, int kBlockM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-moe_routing_indexed(const i32* __restrict__ topk_ids, i32 num_tokens, i32* __restrict__ sorted_ids,
-                    i32 sorted_capacity, i32* __restrict__ block_expert, i32 max_blocks,
-                    i32* __restrict__ tokens_per_expert, i32* __restrict__ total_padded) {
+moe_routing_indexed(const kiln_params::MoeRoutingParams p) {
     static_assert(kWarps >= 1 && kWarps <= 32, "1..32 warps");
+    const i32* __restrict__ topk_ids = p.topk_ids;
+    i32* __restrict__ sorted_ids = p.sorted_ids;
+    i32* __restrict__ block_expert = p.block_expert;
+    i32* __restrict__ tokens_per_expert = p.tokens_per_expert;
+    i32* __restrict__ total_padded = p.total_padded;
+    const i32 num_tokens = p.num_tokens, sorted_capacity = p.sorted_capacity, max_blocks = p.max_blocks;
     constexpr int kThreads = kWarps * 32;
     extern __shared__ i32 smem[];
     i32* hist = smem;                       // [kWarps][kExperts]: per-warp counts, then write cursors

@@ -11,22 +11,12 @@
 #include <cuda_bf16.h>
 
 #include "device/prelude.cuh"
+#include "common/moe_w4a16_combine_params.h"
 
 namespace kiln_dev {
 namespace moe {
 
-struct CombineParams {
-    const __nv_bfloat16* rows;  // [*, rows_stride]
-    i32 rows_stride;
-    const i32* slot_pos;        // [num_tokens * topk]
-    i32 num_tokens;
-    i32 topk;
-    i32 n;                      // columns
-    __nv_bfloat16* out;         // [num_tokens, out_stride]
-    i32 out_stride;
-    i32 row_tile;               // 0: row pos at pos x rows_stride; > 0: tiled (see above)
-};
-static_assert(sizeof(CombineParams) == 56, "CombineParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+using kiln_params::moe::CombineParams;
 
 // Tiled rows (row_tile T, a multiple of 8; n_pad = rows_stride, a multiple of 64): element (pos, c) of the
 // rows lies in tile (pos / T, c / 64), T rows of 64 columns, with chunk c / 8 % 8 of row r = pos % T at

@@ -1,7 +1,7 @@
 // Shared pieces of the moe_w4a16 kernels (sm_90): PTX wrappers, the fused W4 -> bf16 dequantisers for
 // the kernel weight layout, and the GLU activations.
 //
-// Kernel weight layouts "*_mma16" (written by jit/moe_w4a16_weights.cpp, read here). One expert matrix
+// Kernel weight layouts "*_mma16" (written by model/weights/moe_w4a16.cpp, read here). One expert matrix
 // [N_pad, K_pad] (N_pad a multiple of the super-block, K_pad % 64 == 0) is a sequence of records,
 // super-block major (decode: 128-row super-blocks, prefill: 64-row):
 //   for sb in N_pad/R (R output rows = R/16 row-blocks of 16), for q in K_pad/64 (64 inputs):

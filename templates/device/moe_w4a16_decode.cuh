@@ -52,44 +52,13 @@
 #pragma once
 
 #include "device/moe_w4a16_common.cuh"
+#include "common/moe_w4a16_decode_fused_params.h"
 
 namespace kiln_dev {
 namespace moe {
 
-struct DecodeParams {
-    const u8* weights;      // record base of expert 0
-    u64 expert_stride;      // bytes per expert
-    const __nv_bfloat16* x; // gate_up: activations [M, x_stride]; down: intermediate [rows, x_stride]
-    i32 x_stride;           // elements
-    i32 k_real;             // gate_up with kMaskK: columns of x that exist
-    i32 k_pad;              // inputs of the weight matrix in the layout (multiple of 64)
-    i32 n_pad;              // rows of the weight matrix in the layout (multiple of 128)
-    i32 n_real;             // down: output columns
-    const i32* num_mblocks;
-    const int2* mblock_info;
-    const i32* sorted_token;
-    const float* sorted_weight;
-    i32 num_tokens;
-    __nv_bfloat16* inter;   // gate_up output
-    i32 inter_stride;
-    float* acc;             // down (kMode 1): fp32 accumulator [M, acc_stride]
-    i32 acc_stride;
-    __nv_bfloat16* out;     // kMode 1: bf16 output [M, out_stride]; kMode 2: bf16 rows [rows, out_stride]
-    i32 out_stride;
-    i32* counters;          // down (kMode 1): [n_pad / 16], zero between calls
-    // dynamic schedule (kSched 1)
-    i32* work;              // [2]: items claimed, producers finished; zero between calls
-    float* split_acc;       // gate_up K-split partial sums: split_cap x 128 x (8 kTiles) fp32, zero between calls
-    i32* split_cnt;         // gate_up K-split counters: [split_cap x 4], zero between calls
-    i32 split_cap;          // (m-block, super-block) items split_acc holds
-    i32 k_chunk;            // 64-wide records per item along K (rounded up to kRecs); 0: whole K; < 0:
-                            // automatic, chunks of at least -k_chunk records chosen from the real
-                            // m-block count so that there are about split_max_items items
-    i32 split_max_items;    // split K only while num_mblocks x n_pad / 128 <= this (< this: automatic)
-    i32 order_window;       // claim order: windows of this many m-blocks, (super-block, chunk) major
-                            // inside a window (1: m-block major, each matrix streamed in order)
-};
-static_assert(sizeof(DecodeParams) == 184, "DecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+using kiln_params::moe::DecodeParams;
+using kiln_params::moe::FusedDecodeParams;
 
 constexpr int kDecodeThreads = 640;  // 4 groups x (4 consumer warps + 1 producer warp)
 constexpr int kDecodeBlocks = 8;     // row-blocks per super-block (decode_mma16)
@@ -179,25 +148,6 @@ __device__ __forceinline__ void decode_convert_slice(const DecodeParams& p, int 
 // trace (optional, measurement): the globaltimer when each item's first consumer warp finishes it, by
 // claim id (gate_up items, then down items), then per CTA the time it passes griddepcontrol.wait, the
 // end of its routing and its last warp's end.
-struct FusedDecodeParams {
-    DecodeParams gate_up;       // kMode 0 fields; its work[] is the claim counter pair (its num_mblocks,
-                                // mblock_info, sorted_token and sorted_weight are not read)
-    DecodeParams down;          // kMode 2 fields; out: router-weighted rows by slot [M x topk, out_stride]
-    i32* gu_done;               // [mblock_cap] gate_up item parts finished per m-block, zero between calls
-    u64* trace;                 // null, or [gate_up + down items + 3 x gridDim.x], zero (the ends are maxima)
-    const i32* topk_ids;        // [M, topk]; ids outside [0, num_experts) are other ranks' experts
-    const float* topk_weights;  // [M, topk]
-    __nv_bfloat16* out;         // [M, out_stride] the layer's output
-    i32* dn_done;               // [1] down item parts finished, zero between calls
-    i32* num_mblocks;           // null, or [1]: CTA 0 stores the call's m-block count (tests, traces)
-    i32 topk;                   // at most 32
-    i32 num_experts;
-    i32 mblock_cap;             // m-blocks the routing area holds (the host sizes it so none are dropped)
-    i32 out_stride;
-    i32 k_groups;               // 1, 2 or 4 (above)
-    i32 reserved;
-};
-static_assert(sizeof(FusedDecodeParams) == 448, "FusedDecodeParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
 
 constexpr int kFusedWarps = kDecodeThreads / 32;
 constexpr int kCombineUnits = 2;  // combine: units (8-column chunks of one token) per lane and pass
@@ -205,7 +155,7 @@ constexpr int kCombineUnits = 2;  // combine: units (8-column chunks of one toke
 __host__ __device__ constexpr int align16(int b) { return (b + 15) / 16 * 16; }
 // Shared memory of the fused kernel past its ring: m-block descriptors (int2), the slot of every
 // sorted row (u16), then the combine's two wait flags and its finished-warp count. The host mirrors both sizes
-// (jit/family_moe_w4a16.cpp).
+// (jit/families/moe_w4a16_decode_fused.cpp).
 __host__ __device__ constexpr int fused_route_area_bytes(int cap, int block_m) {
     return align16(cap * 8 + cap * block_m * 2) + 16;
 }

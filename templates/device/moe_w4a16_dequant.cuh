@@ -5,16 +5,12 @@
 #pragma once
 
 #include "device/moe_w4a16_common.cuh"
+#include "common/moe_w4a16_dequant_params.h"
 
 namespace kiln_dev {
 namespace moe {
 
-struct DequantParams {
-    const u8* weights;  // record base of the expert
-    __nv_bfloat16* out; // [n_pad, k_pad]
-    i32 n_pad;
-    i32 k_pad;
-};
+using kiln_params::moe::DequantParams;
 
 // kBlocks: row-blocks per super-block of the layout (8 for decode_mma16, 4 for prefill_mma16).
 template <int kFormat, bool kWideScale, int kBlocks>

@@ -18,25 +18,12 @@
 #pragma once
 
 #include "device/prelude.cuh"
+#include "common/moe_w4a16_route_params.h"
 
 namespace kiln_dev {
 namespace moe {
 
-struct RoutingParams {
-    const i32* topk_ids;
-    const float* topk_weights;
-    i32* expert_count;
-    i32* num_mblocks;
-    int2* mblock_info;
-    i32* sorted_token;
-    float* sorted_weight;
-    i32 num_tokens;
-    i32 topk;
-    i32 num_experts;
-    i32 mblock_cap;  // capacity of mblock_info; blocks beyond it are dropped (the host sizes it so none are)
-    i32* slot_pos;   // optional (null: not written)
-};
-static_assert(sizeof(RoutingParams) == 80, "RoutingParams is mirrored by kiln (jit/family_moe_w4a16.hpp)");
+using kiln_params::moe::RoutingParams;
 
 template <int kBlockM>
 __global__ void __launch_bounds__(1024, 1) moe_w4a16_routing(const RoutingParams p) {

@@ -16,19 +16,11 @@
 #pragma once
 
 #include "host/prelude.hpp"
+#include "common/dequant_gemv_params.h"
 
 namespace kiln_host {
 
-// Argument block; kiln's launch helper fills the identical struct (jit/host_families.hpp).
-struct DequantGemvArgs {
-    const u16* x;              // bf16 [m, K]
-    const u32* weight_packed;  // [N, K/8]
-    const u16* weight_scale;   // bf16 [N, K/32]
-    u16* y;                    // bf16 [m, N]
-    i32 m;
-    i32 reserved;
-};
-static_assert(sizeof(DequantGemvArgs) == 40, "DequantGemvArgs layout is shared with kiln");
+using DequantGemvArgs = kiln_params::DequantGemvParams;
 
 typedef float f32x8 __attribute__((ext_vector_type(8)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));

@@ -16,22 +16,11 @@
 #pragma once
 
 #include "host/prelude.hpp"
+#include "common/moe_routing_params.h"
 
 namespace kiln_host {
 
-// Argument block; kiln's launch helper fills the identical struct (jit/host_families.hpp).
-struct MoeRoutingArgs {
-    const i32* topk_ids;     // [num_tokens * topk]
-    i32* sorted_ids;         // [sorted_capacity]
-    i32* block_expert;       // [max_blocks]
-    i32* tokens_per_expert;  // [experts]
-    i32* total_padded;       // [1]
-    i32 num_tokens;
-    i32 sorted_capacity;
-    i32 max_blocks;
-    i32 reserved;
-};
-static_assert(sizeof(MoeRoutingArgs) == 56, "MoeRoutingArgs layout is shared with kiln");
+using MoeRoutingArgs = kiln_params::MoeRoutingParams;
 
 template <int kExperts, int kTopK, int kBlockM>
 inline void moe_routing_indexed(const kiln_host_ctx* ctx, const MoeRoutingArgs& a) {

@@ -2,7 +2,7 @@
 // the per-token combine, and the dequantiser, with the contracts of templates/device/moe_w4a16_*.cuh
 // (same parameter blocks, same buffers, same results up to fp32 summation order).
 //
-// Weights are read in the decode_mma16 layout (jit/moe_w4a16_weights.hpp; the byte order is
+// Weights are read in the decode_mma16 layout (model/weights/moe_w4a16.hpp; the byte order is
 // documented in templates/device/moe_w4a16_common.cuh): 128-row super-blocks of 8 row-blocks x 64-input
 // records, each lane of a row-block holding four words of m16n8k16 A fragments, scales behind the
 // weights. A 16 x 64 tile is decoded to exact bf16 values in fp32 (INT4: bf16((code - 8) * scale);
@@ -23,6 +23,10 @@
 #pragma once
 
 #include "host/prelude.hpp"
+#include "common/moe_w4a16_combine_params.h"
+#include "common/moe_w4a16_decode_params.h"
+#include "common/moe_w4a16_dequant_params.h"
+#include "common/moe_w4a16_route_params.h"
 
 namespace kiln_host {
 namespace moe {
@@ -30,81 +34,11 @@ namespace moe {
 enum : int { kFormatInt4 = 0, kFormatMxfp4 = 1 };
 enum : int { kActSiluGlu = 0, kActSituGlu = 1 };
 
-struct I32x2 {
-    i32 x, y;
-};
-
-// The device parameter blocks (kiln_dev::moe::*Params), byte for byte; kiln fills them with host
-// addresses (jit/family_moe_w4a16.hpp: MoeW4A16*Params).
-struct RoutingParams {
-    const i32* topk_ids;
-    const float* topk_weights;
-    i32* expert_count;
-    i32* num_mblocks;
-    I32x2* mblock_info;
-    i32* sorted_token;
-    float* sorted_weight;
-    i32 num_tokens;
-    i32 topk;
-    i32 num_experts;
-    i32 mblock_cap;
-    i32* slot_pos;  // optional [num_tokens * topk]: sorted row of each slot, -1 when it has none
-};
-static_assert(sizeof(RoutingParams) == 80, "RoutingParams layout is shared with kiln");
-
-struct DecodeParams {
-    const u8* weights;
-    u64 expert_stride;
-    const u16* x;  // bf16
-    i32 x_stride, k_real, k_pad, n_pad, n_real;
-    const i32* num_mblocks;
-    const I32x2* mblock_info;
-    const i32* sorted_token;
-    const float* sorted_weight;
-    i32 num_tokens;
-    u16* inter;  // bf16
-    i32 inter_stride;
-    float* acc;
-    i32 acc_stride;
-    u16* out;  // bf16
-    i32 out_stride;
-    i32* counters;
-    i32* work;  // device dynamic schedule only, from here on
-    float* split_acc;
-    i32* split_cnt;
-    i32 split_cap;
-    i32 k_chunk;
-    i32 split_max_items;
-    i32 order_window;
-};
-static_assert(sizeof(DecodeParams) == 184, "DecodeParams layout is shared with kiln");
-static_assert(__builtin_offsetof(DecodeParams, num_mblocks) == 48, "DecodeParams layout");
-static_assert(__builtin_offsetof(DecodeParams, inter) == 88, "DecodeParams layout");
-static_assert(__builtin_offsetof(DecodeParams, acc) == 104, "DecodeParams layout");
-static_assert(__builtin_offsetof(DecodeParams, out) == 120, "DecodeParams layout");
-static_assert(__builtin_offsetof(DecodeParams, counters) == 136, "DecodeParams layout");
-
-struct CombineParams {
-    const u16* rows;  // bf16 [*, rows_stride]
-    i32 rows_stride;
-    const i32* slot_pos;  // [num_tokens * topk]
-    i32 num_tokens;
-    i32 topk;
-    i32 n;
-    u16* out;  // bf16 [num_tokens, out_stride]
-    i32 out_stride;
-    i32 row_tile;   // 0: row pos at pos x rows_stride; > 0: tiles of row_tile rows x 64 columns (rows_tiled_offset)
-};
-static_assert(sizeof(CombineParams) == 56, "CombineParams layout is shared with kiln");
-static_assert(__builtin_offsetof(CombineParams, out) == 40, "CombineParams layout");
-
-struct DequantParams {
-    const u8* weights;
-    u16* out;  // bf16 [n_pad, k_pad]
-    i32 n_pad;
-    i32 k_pad;
-};
-static_assert(sizeof(DequantParams) == 24, "DequantParams layout is shared with kiln");
+using I32x2 = kiln_params::i32x2;
+using kiln_params::moe::CombineParams;
+using kiln_params::moe::DecodeParams;
+using kiln_params::moe::DequantParams;
+using kiln_params::moe::RoutingParams;
 
 constexpr int kBlocks = 8;  // row-blocks per super-block (decode_mma16)
 

@@ -1,9 +1,12 @@
 // Shared prelude for host kernels, compiled by kiln's in-process clang (C++17). No libstdc++ and no
 // system headers; the prelude itself needs no header at all (fixed-width types come from the
 // compiler's predefined macros), so host kernels compile wherever libclang-cpp runs, even without
-// clang's builtin header directory. The kiln_host_ctx layout must match runtime/host_kernel_abi.h
+// clang's builtin header directory. The kiln_host_ctx layout must match runtime/host/kernel_abi.h
 // (same KILN_HOST_ABI_VERSION).
 #pragma once
+
+// Parameter headers (templates/common/) pick the host kernels' types with this.
+#define KILN_HOST_KERNEL 1
 
 typedef __INT8_TYPE__ int8_t;
 typedef __UINT8_TYPE__ uint8_t;

@@ -11,7 +11,7 @@
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
 #include "jit/kernel_key.hpp"
-#include "runtime/cuda_driver.hpp"
+#include "runtime/cuda/driver.hpp"
 #include "runtime/error.hpp"
 
 using namespace kiln::jit;

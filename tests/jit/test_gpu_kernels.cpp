@@ -13,9 +13,9 @@
 #include "jit/family_dequant_gemv.hpp"
 #include "jit/family_moe_routing.hpp"
 #include "runtime/bf16.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/stream.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/memory.hpp"
+#include "runtime/cuda/stream.hpp"
 
 using namespace kiln::jit;
 using namespace kiln::runtime;

@@ -27,9 +27,9 @@
 #include "jit/moe_w4a16.hpp"
 #include "tests/jit/moe_w4a16_test_data.hpp"
 #include "runtime/bf16.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/stream.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/memory.hpp"
+#include "runtime/cuda/stream.hpp"
 
 using namespace kiln::jit;
 using namespace kiln::runtime;

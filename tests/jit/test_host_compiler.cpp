@@ -11,7 +11,7 @@
 
 #include "jit/host_compiler.hpp"
 #include "jit/template_store.hpp"
-#include "runtime/host_executor.hpp"
+#include "runtime/host/stream.hpp"
 
 using namespace kiln;
 using namespace kiln::jit;

@@ -17,7 +17,7 @@
 #include "jit/host_kernel_loader.hpp"
 #include "jit/host_launch.hpp"
 #include "runtime/bf16.hpp"
-#include "runtime/host_executor.hpp"
+#include "runtime/host/stream.hpp"
 #include "tests/cache/cache_test_util.hpp"
 
 using namespace kiln;

@@ -24,7 +24,7 @@
 #include "jit/moe_w4a16_weights.hpp"
 #include "tests/jit/moe_w4a16_test_data.hpp"
 #include "runtime/bf16.hpp"
-#include "runtime/host_executor.hpp"
+#include "runtime/host/stream.hpp"
 
 using namespace kiln;
 using namespace kiln::jit;

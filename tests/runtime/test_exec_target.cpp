@@ -3,8 +3,8 @@
 #include <cstdlib>
 
 #include "kiln_config.h"
-#include "runtime/cuda_driver.hpp"
-#include "runtime/device.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/exec_target.hpp"
 

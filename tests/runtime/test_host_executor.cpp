@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/host_executor.hpp"
-#include "runtime/host_thread_pool.hpp"
+#include "runtime/host/stream.hpp"
+#include "runtime/host/thread_pool.hpp"
 
 using namespace kiln::runtime;
 

@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/cuda_driver.hpp"
-#include "runtime/device.hpp"
-#include "runtime/device_buffer.hpp"
-#include "runtime/stream.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/memory.hpp"
+#include "runtime/cuda/stream.hpp"
 
 using namespace kiln::runtime;
 

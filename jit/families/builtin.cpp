@@ -1,0 +1,27 @@
+// The families shipped with kiln.
+#include <memory>
+
+#include "jit/families/dequant_gemv.hpp"
+#include "jit/families/moe_routing.hpp"
+#include "jit/families/moe_w4a16_combine.hpp"
+#include "jit/families/moe_w4a16_decode.hpp"
+#include "jit/families/moe_w4a16_decode_fused.hpp"
+#include "jit/families/moe_w4a16_dequant.hpp"
+#include "jit/families/moe_w4a16_prefill.hpp"
+#include "jit/families/moe_w4a16_route.hpp"
+#include "jit/family.hpp"
+
+namespace kiln::jit {
+
+void register_builtin_families(FamilyRegistry& r) {
+    r.add(std::make_unique<DequantGemvFamily>());
+    r.add(std::make_unique<MoeRoutingFamily>());
+    r.add(std::make_unique<MoeW4A16RouteFamily>());
+    r.add(std::make_unique<MoeW4A16DecodeFamily>());
+    r.add(std::make_unique<MoeW4A16DecodeFusedFamily>());
+    r.add(std::make_unique<MoeW4A16PrefillFamily>());
+    r.add(std::make_unique<MoeW4A16CombineFamily>());
+    r.add(std::make_unique<MoeW4A16DequantFamily>());
+}
+
+}  // namespace kiln::jit
