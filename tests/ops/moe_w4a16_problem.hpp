@@ -1,7 +1,6 @@
-// Test data and the CPU reference shared by the moe_w4a16 tests (device and host target): random
-// checkpoint matrices in both formats, routings of several shapes, and the layer's expected output from
-// the model's reference experts (model/reference/latent_moe.hpp: routed_experts) on the checkpoint
-// weights dequantised exactly to fp32.
+// Test data and the CPU reference shared by the moe_w4a16 op cases: random checkpoint matrices in both
+// formats, routings of several shapes, and the layer's expected output from the model's reference experts
+// (model/reference/latent_moe.hpp: routed_experts) on the checkpoint weights dequantised exactly to fp32.
 #pragma once
 
 #include <cmath>
@@ -14,12 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "jit/moe_w4a16.hpp"
-#include "jit/moe_w4a16_weights.hpp"
+#include "jit/families/moe_w4a16_common.hpp"
 #include "model/reference/latent_moe.hpp"
+#include "model/weights/moe_w4a16.hpp"
 #include "runtime/bf16.hpp"
 
-namespace kiln::jit::moe_test {
+namespace kiln::ops::moe_test {
+
+namespace moe = kiln::model::weights;
+using MoeActivation = kiln::jit::moe::Activation;
 
 struct CheckpointBytes {
     std::vector<std::byte> packed, scale;
@@ -203,25 +205,4 @@ inline long dequant_mismatches(const moe::PreparedMoeWeights& w, int n, int k, c
     return bad;
 }
 
-// Relative L2 error of a bf16 output against the reference (absolute when the reference is all zero),
-// over its finite elements, and the count of non-finite ones.
-struct OutputError {
-    double rel = 0, num = 0, den = 0;
-    long nonfinite = 0;
-};
-inline OutputError output_error(const std::vector<uint16_t>& got, const std::vector<double>& ref) {
-    OutputError e;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        const float g = runtime::bf16_to_float(got[i]);
-        if (!std::isfinite(g)) {
-            ++e.nonfinite;
-            continue;
-        }
-        e.num += (g - ref[i]) * (g - ref[i]);
-        e.den += ref[i] * ref[i];
-    }
-    e.rel = e.den > 0 ? std::sqrt(e.num / e.den) : std::sqrt(e.num);
-    return e;
-}
-
-}  // namespace kiln::jit::moe_test
+}  // namespace kiln::ops::moe_test

@@ -1,0 +1,18 @@
+// The case files of tests/ops, one per family (and one for the moe_w4a16 layer as a whole).
+#pragma once
+
+#include "tests/ops/op_case.hpp"
+
+namespace kiln::ops {
+
+void add_dequant_gemv_cases(CaseList& out);
+void add_moe_routing_cases(CaseList& out);
+void add_moe_w4a16_route_cases(CaseList& out);
+void add_moe_w4a16_decode_cases(CaseList& out);
+void add_moe_w4a16_decode_fused_cases(CaseList& out);
+void add_moe_w4a16_prefill_cases(CaseList& out);
+void add_moe_w4a16_combine_cases(CaseList& out);
+void add_moe_w4a16_dequant_cases(CaseList& out);
+void add_moe_w4a16_cases(CaseList& out);
+
+}  // namespace kiln::ops

@@ -1,0 +1,69 @@
+// The op harness in check mode (tests/ops/op_case.hpp): every case of a family on the backends named by
+// KILN_TEST_OPS_BACKEND (host or cuda; meson runs ops/host in the unit suite and ops/gpu in the gpu suite).
+// KILN_TEST_OPS=TEXT runs only the cases whose name contains TEXT; the gpu suite runs the quick set unless
+// KILN_TEST_OPS_ALL=1. Exits 77 (skipped) when the backend is not available here.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "tests/ops/op_case.hpp"
+
+namespace {
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+void run_family(const std::string& family) {
+    const std::string backend = env("KILN_TEST_OPS_BACKEND"), only = env("KILN_TEST_OPS");
+    const bool all = env("KILN_TEST_OPS_ALL") == "1" || backend == "host";
+    for (kiln::test::TestBackend* b : kiln::test::available_backends(backend)) {
+        int ran = 0;
+        for (auto& c : kiln::ops::all_cases(only)) {
+            if (c->family() != family || !c->runs_on(*b) || (!all && !c->quick())) continue;
+            CAPTURE(b->name);
+            const std::string name = c->name();
+            CAPTURE(name);
+            for (const std::string& f : kiln::ops::check_case(*c, *b)) FAIL_CHECK(f);
+            ++ran;
+        }
+        if (only.empty()) CHECK_MESSAGE(ran > 0, "no case of " << family << " runs on " << b->name);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("dequant_gemv") { run_family("dequant_gemv"); }
+TEST_CASE("moe_routing") { run_family("moe_routing"); }
+TEST_CASE("moe_w4a16_route") { run_family("moe_w4a16_route"); }
+TEST_CASE("moe_w4a16_dequant") { run_family("moe_w4a16_dequant"); }
+TEST_CASE("moe_w4a16_combine") { run_family("moe_w4a16_combine"); }
+TEST_CASE("moe_w4a16_decode") { run_family("moe_w4a16_decode"); }
+TEST_CASE("moe_w4a16_decode_fused") { run_family("moe_w4a16_decode_fused"); }
+TEST_CASE("moe_w4a16_prefill") { run_family("moe_w4a16_prefill"); }
+TEST_CASE("moe_w4a16") { run_family("moe_w4a16"); }
+
+TEST_CASE("every family has a test case above") {
+    const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
+                            "moe_w4a16_combine", "moe_w4a16_decode",  "moe_w4a16_decode_fused", "moe_w4a16_prefill",
+                            "moe_w4a16"};
+    for (const std::string& f : kiln::ops::families()) {
+        bool found = false;
+        for (const char* l : listed) found = found || f == l;
+        CHECK_MESSAGE(found, "family " << f << " has no TEST_CASE in tests/ops/test_ops.cpp");
+    }
+}
+
+int main(int argc, char** argv) {
+    const std::string backend = env("KILN_TEST_OPS_BACKEND");
+    if (kiln::test::available_backends(backend).empty()) {
+        std::fprintf(stderr, "skipped: no %s backend here\n", backend.empty() ? "usable" : backend.c_str());
+        return 77;
+    }
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+}
