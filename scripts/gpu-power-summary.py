@@ -8,7 +8,7 @@ SMI_LOG: `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu,
 starts, the last one ending the previous phase. Prints, per phase, over the samples with the GPU busy
 (utilization >= 50%): the median and minimum SM clock, the median and maximum power, and the share of
 samples in which the driver reported its software power cap (event reason bit 0x4) holding the clock
-down. A benchmark run under that cap measures the board at its power limit (docs/perf-notes.md §21).
+down. A benchmark run under that cap measures the board at its power limit (docs/perf/moe_w4a16.md, "Sustained load").
 """
 import datetime
 import statistics

@@ -13,8 +13,8 @@
 //   empty[s] 4 arrivals: one per consumer warp once it has read the stage.
 // The producer walks its items, waits for a free slot, writes the stage header, copies, and ends with
 // a sentinel stage (valid rows -1). Consumers meet no group barrier in the main loop: a warp waits
-// only for its next stage's data, so warps drift freely by up to kStages stages (perf notes, run 9:
-// 15-20% faster than the same math behind a per-stage group barrier). Token tiles after the first are
+// only for its next stage's data, so warps drift freely by up to kStages stages (measurably faster than
+// the same math behind a per-stage group barrier: docs/perf/moe_w4a16.md). Token tiles after the first are
 // skipped when the m-block has fewer rows (semi-static tiling); their MMA columns are never stored.
 //
 // Schedules (kSched):
@@ -848,7 +848,7 @@ __device__ __forceinline__ void decode_gemm(const DecodeParams& p, const DecodeP
         // The stage's math for the first NT token tiles; NT = 0: all kTiles tiles, the later ones predicated
         // (semi-static tiling). ptxas wraps each predicated mma.sync in WARPSYNCs (2.5 per weight word with
         // two tiles), so where kTileDispatch holds the tile count is dispatched once per stage instead, to a
-        // copy without predicates (below; perf notes §20: K2 decode 50 -2.4%). Elsewhere the second copy
+        // copy without predicates (below; faster on the two-tile INT4 decode calls). Elsewhere the second copy
         // costs spills (MXFP4, the K mask, the unfused kernels), so they keep the predicates.
         auto stage_math = [&](auto nt) {
             constexpr int NT = decltype(nt)::value;

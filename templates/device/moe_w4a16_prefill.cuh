@@ -20,14 +20,12 @@
 // memory. One CTA barrier per step guards the slots that are refilled; two records per step halve
 // that fixed per-step work (waits, barrier, copy issue) per FLOP.
 //
-// Status (docs/perf-notes.md §9): correct on H200 for every development-harness case. With kRB = 2 it
-// was slower than the decode kernels on every measured scenario (a fixed per-step cost dominates: each
-// weight word dequantised by two warps, plus the per-step waits and barrier); with kRB = 1 and block_m
-// 64 (run 6d) it beats them on prefill-sized batches (K2 EP8 2048 tokens 1.20x, TP8 8192 1.09x) and
-// loses on decode. Two records per step (kRecs 2) cut that further (K2 EP8 2048: gate_up 611 -> 533 us,
-// down 357 -> 318; TP8 8192: gate_up 1848 -> 1699, down 2084 -> 1969). The kiln family generates kRB 1
-// with kRecs 2 where k_pad % 128 == 0, else 1 (jit/families/moe_w4a16_prefill.hpp); the layer picks
-// it from the routed slots per expert (model/layers/moe_w4a16.hpp).
+// With kRB = 2 it is slower than the decode kernels (a fixed per-step cost dominates: each weight word is
+// dequantised by two warps, plus the per-step waits and barrier); with kRB = 1 and block_m 64 it beats
+// them on prefill-sized batches and loses on decode, and two records per step (kRecs 2) cut the per-step
+// cost further (docs/perf/moe_w4a16.md). The family generates kRB 1 with kRecs 2 where k_pad % 128 == 0,
+// else 1 (jit/families/moe_w4a16_prefill.hpp); the layer picks it from the routed slots per expert
+// (autotune/heuristics/moe_w4a16.hpp).
 //
 // Grid: one CTA per (m-block, super-block) for the host's m-block capacity, super-block fastest (the
 // m-block's token tile is read from L2 by its neighbours, and an expert's m-blocks run close together

@@ -32,7 +32,7 @@
 // tile of the tiled rows (moe_w4a16_combine.cuh: kBM rows x 64 columns, 16-byte chunks swizzled by the
 // row, so the stmatrix rows fall in distinct banks), and one thread sends the m-block's valid rows with a
 // single bulk copy that drains while the warpgroup computes the next super-block. Stores from the
-// threads (16 bytes, 128 contiguous per row, rows at their slots) held the warpgroups ~35% of their
+// threads (16 bytes, 128 contiguous per row, rows at their slots) held the warpgroups a third of their
 // time; one bulk copy per 128-byte row was slower still (the copy engine's rate for small copies).
 //
 // Parameters: as moe_w4a16_prefill_wgmma; m-block mb's sorted rows are mb x kBM .. mb x kBM + kBM - 1.
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) moe_w4a16_prefill_wgmma_ws(cons
     constexpr int kWB = LB::kWeightBytes;
     constexpr int kTiles = kBM / 8;  // token tiles of 8 per m-block
     constexpr int kRows = kBM / 16;  // token rows per producer thread
-    // wgmma groups a consumer warpgroup keeps in flight (H200, K2 TP8 gate_up: 1 -> 2 was 950 -> 868 us;
-    // 3 and 4 measured the same as 2)
+    // wgmma groups a consumer warpgroup keeps in flight (2 is faster than 1 on the TP-sliced gate_up; 3 and
+    // 4 measure the same as 2)
     constexpr int kInFlight = 2;
     constexpr int kStagger = 2;  // records between the two consumer warpgroups when a CTA walks super-blocks
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instruction mix of the MMA loop of every kernel in a cubin, per MMA instruction, by pipe.
 
-usage: scripts/moe-dev/sass-mix.py KERNELS.cubin | nvdisasm-output.txt
+usage: scripts/microbench/sass-mix.py KERNELS.cubin | nvdisasm-output.txt
 
 Reads `nvdisasm` output (runs nvdisasm on a .cubin itself) and, for every function, sums the opcodes of
 the basic blocks that contain an HMMA (the decode consumers' main loop: dequantisation + mma.sync), then

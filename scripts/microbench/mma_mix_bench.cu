@@ -10,11 +10,11 @@
 //   wgmma16      dequant + one wgmma.m64n16k16 per warpgroup (A from the four warps' registers, B from
 //                shared memory, one group in flight): two token tiles in one warpgroup instruction
 //   wgmma8       the same with wgmma.m64n8k16 (one token tile)
-// Caveat (perf notes §24): each warp's mma.sync here feeds one accumulator chain and the warps move in
+// Caveat: each warp's mma.sync here feeds one accumulator chain and the warps move in
 // step, so the mma rows overstate the kernel's cost (the fused kernel streams more than the one-tile row's
 // ceiling); a wgmma consumer built on these numbers was 6-14% slower in the kernel.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I templates -o mma_mix_bench \
-//        scripts/moe-dev/mma_mix_bench.cu
+//        scripts/microbench/mma_mix_bench.cu
 // Run:   ./mma_mix_bench [records per warp, default 4096]
 #include <cuda_runtime.h>
 

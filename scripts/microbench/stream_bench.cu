@@ -2,7 +2,7 @@
 // bulk async copies (the fused decode kernel's producer pattern, no math), against plain LDG.128 reads?
 // Each warp group owns a ring of `stages` shared-memory stages; its lane 0 claims items (contiguous
 // regions of item_bytes, or the same chunks interleaved across items: "sweep") and keeps the ring full.
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -I templates -o stream_bench scripts/moe-dev/stream_bench.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -I templates -o stream_bench scripts/microbench/stream_bench.cu
 #include <cuda_runtime.h>
 
 #include <algorithm>
