@@ -18,7 +18,7 @@ import sys
 ALU = {"LOP3", "SHF", "LEA", "PRMT", "ISETP", "IADD3", "SEL", "PLOP3", "VIADD", "IABS", "IMNMX", "VIMNMX",
        "FLO", "POPC", "BMSK", "SGXT", "LOP"}
 HEAVY = {"IMAD", "HMUL2", "HADD2", "HFMA2"}
-# IMAD.HI / IMAD.WIDE produce 64-bit products: measured to cost about two IMADs (perf notes §20)
+# IMAD.HI / IMAD.WIDE produce 64-bit products: measured to cost about two IMADs
 WIDE = ("IMAD.HI", "IMAD.WIDE")
 
 
