@@ -319,8 +319,7 @@ nlohmann::json run_moe_bench(const MoeBenchOptions& o) {
         shape.topk = sc.topk;
         shape.max_tokens = std::max(1, r.tokens);
         if (std::string(sc.routing) == "ep") shape.ep_size = 8;  // the other ranks' slots are skipped here
-        autotune::MoeW4A16Tuning tuning = autotune::default_moe_w4a16_tuning(
-            sc.fmt == W4Format::int4_g32_bf16 ? jit::WeightFormat::int4_g32_bf16 : jit::WeightFormat::mxfp4_g32_e8m0);
+        autotune::MoeW4A16Tuning tuning = autotune::default_moe_w4a16_tuning(sc.fmt);
         tuning.tiles = sc.tiles;
         for (const auto& [name, value] : o.set) autotune::set_tuning_field(tuning, name, value);
         MoeW4A16 layer(disp, backend, gu, dn, shape, tuning);

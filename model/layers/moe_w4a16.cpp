@@ -40,8 +40,7 @@ int moe_w4a16_mblock_capacity(int64_t slots, int experts, int block_m) {
 
 jit::moe::MatrixShape matrix_shape(const weights::PreparedMoeWeights& w) {
     jit::moe::MatrixShape m;
-    m.format = w.format == weights::W4Format::int4_g32_bf16 ? jit::WeightFormat::int4_g32_bf16
-                                                            : jit::WeightFormat::mxfp4_g32_e8m0;
+    m.format = w.format;
     m.n_pad = w.n_pad;
     m.k = w.k;
     m.wide_scales = w.wide_scales;

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/bf16.hpp"
 #include "runtime/error.hpp"
 
 namespace kiln::model::weights {
@@ -28,13 +29,6 @@ uint16_t load_u16(const std::byte* p) {
     uint16_t v;
     std::memcpy(&v, p, 2);
     return v;
-}
-
-float bf16_bits_to_float(uint16_t b) {
-    uint32_t u = static_cast<uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
 }
 
 // Raw 4-bit code of element (row, col) and its raw scale (bf16 bits or e8m0 byte).
@@ -82,13 +76,6 @@ RowSource row_source(bool gate_up, int n, int r) {
 
 }  // namespace
 
-std::string_view to_string(W4Format f) {
-    switch (f) {
-        case W4Format::int4_g32_bf16: return "int4_g32_bf16";
-        case W4Format::mxfp4_g32_e8m0: return "mxfp4_g32_e8m0";
-    }
-    return "unknown";
-}
 std::string_view to_string(W4Layout l) {
     switch (l) {
         case W4Layout::decode_mma16: return "decode_mma16";
@@ -131,7 +118,7 @@ float e2m1_value(unsigned nibble) {
 float int4_value(std::span<const std::byte> packed, std::span<const std::byte> scale, int k, int row, int col) {
     const CheckpointMatrix m{packed, scale};
     const int code = static_cast<int>(code_at(W4Format::int4_g32_bf16, m, k, row, col));
-    const float s = bf16_bits_to_float(static_cast<uint16_t>(scale_at(W4Format::int4_g32_bf16, m, k, row, col / kGroup)));
+    const float s = runtime::bf16_to_float(static_cast<uint16_t>(scale_at(W4Format::int4_g32_bf16, m, k, row, col / kGroup)));
     return static_cast<float>(code - 8) * s;
 }
 
@@ -316,7 +303,7 @@ void dequantize_prepared(const PreparedMoeWeights& w, int expert, std::span<floa
             float v;
             if (int4) {
                 const unsigned code = (word >> (4 * m + 16 * half)) & 0xFu;
-                const float sc = bf16_bits_to_float(load_u16(recp + blocks * 512 + blk * scb + g * 8 + slot * 2));
+                const float sc = runtime::bf16_to_float(load_u16(recp + blocks * 512 + blk * scb + g * 8 + slot * 2));
                 v = static_cast<float>(static_cast<int>(code) - 8) * sc;
             } else {
                 const unsigned code = mxfp4_code(word, m, half);

@@ -30,12 +30,15 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/descriptor.hpp"
+
 namespace kiln::model::weights {
 
-enum class W4Format : uint8_t { int4_g32_bf16 = 1, mxfp4_g32_e8m0 = 2 };
+// The kernels' weight formats (jit/descriptor.hpp): int4_g32_bf16 and mxfp4_g32_e8m0 here.
+using W4Format = jit::WeightFormat;
+using jit::to_string;
 enum class W4Layout : uint8_t { decode_mma16 = 1, prefill_mma16 = 2 };
 
-std::string_view to_string(W4Format f);  // "int4_g32_bf16", "mxfp4_g32_e8m0"
 std::string_view to_string(W4Layout l);  // "decode_mma16", "prefill_mma16"
 
 // Record geometry of a layout.

@@ -76,8 +76,7 @@ class LayerCase final : public OpCase {
 public:
     LayerCase(std::string family, std::shared_ptr<SharedProblem> p, MoeLayerConfig cfg)
         : family_(std::move(family)), p_(std::move(p)), cfg_(std::move(cfg)) {
-        tuning_ = autotune::default_moe_w4a16_tuning(p_->spec.fmt == F::int4_g32_bf16 ? jit::WeightFormat::int4_g32_bf16
-                                                                                     : jit::WeightFormat::mxfp4_g32_e8m0);
+        tuning_ = autotune::default_moe_w4a16_tuning(p_->spec.fmt);
         cfg_.apply(tuning_);
         tuning_.tiles = p_->spec.tiles;
     }
