@@ -218,16 +218,23 @@ void RadixCache::merge_into_child(uint32_t index) {
     c.pages.insert(c.pages.begin(), t.pages.begin(), t.pages.end());
     c.start = t.start;
     c.key = t.key;
-    if (t.in_kv_lru) kv_lru_.erase({t.tick, index});
-    if (t.in_state_lru) state_lru_.erase({t.tick, index});
-    t.tokens.clear();
-    t.pages.clear();
-    t.in_use = false;
-    ++t.generation;
+    free_node(index);
+    link(parent, child);
+}
+
+// Returns an unlinked tombstone's entry to the slab; references to it go stale.
+void RadixCache::free_node(uint32_t index) {
+    Node& n = slab_[index];
+    if (n.in_kv_lru) kv_lru_.erase({n.tick, index});
+    if (n.in_state_lru) state_lru_.erase({n.tick, index});
+    n.in_kv_lru = n.in_state_lru = false;
+    n.tokens.clear();
+    n.pages.clear();
+    n.in_use = false;
+    ++n.generation;
     free_nodes_.push_back(index);
     --nodes_;
     --tombstones_;
-    link(parent, child);
 }
 
 void RadixCache::tidy(uint32_t index, EvictResult& r) {
@@ -255,17 +262,8 @@ void RadixCache::remove_leaf(uint32_t index, EvictResult& r) {
         ++r.slots_freed;
         ++stats_.evicted_checkpoints;
     }
-    Node& m = slab_[index];
-    if (m.in_kv_lru) kv_lru_.erase({m.tick, index});
-    m.in_kv_lru = false;
     unlink(index);
-    m.tokens.clear();
-    m.pages.clear();
-    m.in_use = false;
-    ++m.generation;
-    free_nodes_.push_back(index);
-    --nodes_;
-    --tombstones_;
+    free_node(index);
     ++r.nodes_removed;
     tidy(parent, r);
 }
@@ -432,34 +430,23 @@ InsertResult RadixCache::insert(std::span<const Token> tokens, std::span<PageId>
     return r;
 }
 
-void RadixCache::lock(NodeRef node) {
-    const uint32_t i = resolve(node, "lock");
-    if (i != root_index && slab_[i].slot == no_slot)
-        throw InvalidArgument("radix cache: lock: the node has no checkpoint (lock a match's state_node or an insert's tail)");
-    ++slab_[i].pins;
-    add_hold(i, +1);
+// One lock taken (+1) or released (-1): `count` is the node's pins or state_locks. The root may be
+// pinned; every other lock needs a checkpoint on the node.
+void RadixCache::change_lock(NodeRef node, uint32_t Node::*count, int delta, const char* what) {
+    const uint32_t i = resolve(node, what);
+    Node& n = slab_[i];
+    if (delta > 0 && n.slot == no_slot && !(i == root_index && count == &Node::pins))
+        throw InvalidArgument(fmt::format("radix cache: {}: the node has no checkpoint (lock a match's state_node or "
+                                          "an insert's tail)", what));
+    if (delta < 0 && n.*count == 0) throw InvalidArgument(fmt::format("radix cache: {}: the node is not locked", what));
+    n.*count += delta;
+    add_hold(i, delta);
 }
 
-void RadixCache::unlock(NodeRef node) {
-    const uint32_t i = resolve(node, "unlock");
-    if (slab_[i].pins == 0) throw InvalidArgument("radix cache: unlock: the node is not locked");
-    --slab_[i].pins;
-    add_hold(i, -1);
-}
-
-void RadixCache::lock_state(NodeRef node) {
-    const uint32_t i = resolve(node, "lock_state");
-    if (slab_[i].slot == no_slot) throw InvalidArgument("radix cache: lock_state: the node has no checkpoint");
-    ++slab_[i].state_locks;
-    add_hold(i, +1);
-}
-
-void RadixCache::unlock_state(NodeRef node) {
-    const uint32_t i = resolve(node, "unlock_state");
-    if (slab_[i].state_locks == 0) throw InvalidArgument("radix cache: unlock_state: the node's checkpoint is not locked");
-    --slab_[i].state_locks;
-    add_hold(i, -1);
-}
+void RadixCache::lock(NodeRef node) { change_lock(node, &Node::pins, +1, "lock"); }
+void RadixCache::unlock(NodeRef node) { change_lock(node, &Node::pins, -1, "unlock"); }
+void RadixCache::lock_state(NodeRef node) { change_lock(node, &Node::state_locks, +1, "lock_state"); }
+void RadixCache::unlock_state(NodeRef node) { change_lock(node, &Node::state_locks, -1, "unlock_state"); }
 
 EvictResult RadixCache::evict_kv(size_t pages) {
     EvictResult r;

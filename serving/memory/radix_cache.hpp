@@ -198,8 +198,10 @@ private:
     void refresh(uint32_t index);
     void touch(uint32_t index);
     void add_hold(uint32_t index, int delta);
+    void change_lock(NodeRef node, uint32_t Node::*count, int delta, const char* what);
     uint32_t split(uint32_t index, size_t tokens);
     void merge_into_child(uint32_t index);
+    void free_node(uint32_t index);
     void tidy(uint32_t index, EvictResult& r);
     void remove_leaf(uint32_t index, EvictResult& r);
     void drop_checkpoint(uint32_t index, EvictResult& r);
