@@ -8,6 +8,7 @@
 
 #include "jit/families/moe_w4a16_decode_fused.hpp"
 #include "jit/families/moe_w4a16_prefill.hpp"
+#include "jit/families/moe_w4a16_route.hpp"
 #include "model/layers/moe_w4a16.hpp"
 #include "tests/common/tensors.hpp"
 #include "tests/common/tolerance.hpp"
