@@ -18,10 +18,11 @@
 #include "jit/families/moe_w4a16_prefill.hpp"
 #include "jit/families/moe_w4a16_route.hpp"
 
-namespace kiln::jit::test {
+namespace kiln::test {
 
 // Empty for a device-only family on the host target.
-inline std::vector<KernelDescriptor> sample_descriptors(std::string_view family, Target t) {
+inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view family, jit::Target t) {
+    using namespace kiln::jit;
     using moe::Activation;
     using moe::Matrix;
     using moe::MatrixShape;
@@ -85,4 +86,4 @@ inline std::vector<KernelDescriptor> sample_descriptors(std::string_view family,
     return {};
 }
 
-}  // namespace kiln::jit::test
+}  // namespace kiln::test

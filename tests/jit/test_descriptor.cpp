@@ -63,7 +63,7 @@ TEST_CASE("every family's descriptors round trip through their text") {
     int checked = 0;
     for (const Family* f : builtin_families().list()) {
         for (const Target t : {k_h200, Target::host_target()}) {
-            for (const KernelDescriptor& d : test::sample_descriptors(f->name(), t)) {
+            for (const KernelDescriptor& d : kiln::test::sample_descriptors(f->name(), t)) {
                 const std::string text = to_string(d);
                 CAPTURE(text);
                 CHECK(d.family.view() == f->name());

@@ -41,7 +41,7 @@ TEST_CASE("registry: explicit registration, lookup, duplicates refused") {
         CHECK(f->has_host_source() != f->device_only());
         CHECK(f->device_only() == (f->name() == "moe_w4a16_decode_fused"));
         if (f->device_only())
-            CHECK_THROWS_AS(f->host_source(test::sample_descriptors(f->name(), Target::sm(90, 'a')).at(0)),
+            CHECK_THROWS_AS(f->host_source(kiln::test::sample_descriptors(f->name(), Target::sm(90, 'a')).at(0)),
                             kiln::NotFound);
     }
     HostSource hs = r.get("moe_routing").host_source(MoeRoutingFamily::descriptor(8, 2, Target::host_target()));
@@ -82,7 +82,7 @@ TEST_CASE("config field tables: named, in range, inside the config, not overlapp
         }
         // A canonical descriptor's config holds nothing the fields do not name.
         for (const Target t : {Target::sm(90, 'a'), Target::host_target()})
-            for (const KernelDescriptor& d : test::sample_descriptors(f->name(), t))
+            for (const KernelDescriptor& d : kiln::test::sample_descriptors(f->name(), t))
                 for (size_t b = 0; b < KernelConfig::k_capacity; ++b)
                     if (!used[b]) CHECK(d.config.bytes[b] == 0);
     }
