@@ -56,7 +56,8 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
         };
         if (!host) {
             v.push_back(MoeW4A16DecodeFamily::descriptor(Matrix::gate_up, gu4, Activation::situ_glu, 16, t, true));
-            v.push_back(MoeW4A16DecodeFamily::descriptor(Matrix::down, dn, Activation::silu_glu, 8, t, true, true, 128, 3));
+            v.push_back(
+                MoeW4A16DecodeFamily::descriptor(Matrix::down, dn, Activation::silu_glu, 8, t, true, true, 128, 3));
         }
         return v;
     }
@@ -71,7 +72,8 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
             MoeW4A16PrefillFamily::descriptor(Matrix::down, dn, Activation::silu_glu, t),
         };
         if (!host) {
-            v.push_back(MoeW4A16PrefillFamily::descriptor(Matrix::gate_up, gu4, Activation::silu_glu, t, MoeMma::wgmma));
+            v.push_back(
+                MoeW4A16PrefillFamily::descriptor(Matrix::gate_up, gu4, Activation::silu_glu, t, MoeMma::wgmma));
             v.push_back(MoeW4A16PrefillFamily::descriptor(Matrix::gate_up, {int4, 4096, 7168}, Activation::silu_glu, t,
                                                           MoeMma::wgmma, true));
             v.push_back(MoeW4A16PrefillFamily::descriptor(Matrix::down, {int4, 7168, 256}, Activation::silu_glu, t,

@@ -30,7 +30,8 @@ inline SequenceKernel moe_routing_sequence(const jit::LoadedKernel& k, int token
             return runtime::TensorView::contiguous(reinterpret_cast<void*>(addr), runtime::DType::i32, {words}, loc);
         };
         MoeRoutingArgs a;
-        a.topk_ids = runtime::TensorView::contiguous(reinterpret_cast<void*>(in), runtime::DType::i32, {tokens, topk}, loc);
+        a.topk_ids =
+            runtime::TensorView::contiguous(reinterpret_cast<void*>(in), runtime::DType::i32, {tokens, topk}, loc);
         a.sorted_ids = at(out, cap);
         a.block_expert = at(out + 4 * cap, blocks);
         a.tokens_per_expert = at(out + 4 * (cap + blocks), experts);

@@ -48,13 +48,14 @@ TEST_CASE("descriptor text names the config fields and round trips") {
     CHECK(to_string(b) ==
           "dequant_gemv/dense m=4 n=7168 k=2048 e=0 topk=0 w=int4_g32_bf16 a=bf16 target=sm_89 cfg=warps=16");
     // Choice fields are spelled by name; the cache's column adds top-k.
-    const KernelDescriptor g = MoeW4A16DecodeFamily::descriptor(moe::Matrix::gate_up, {WeightFormat::int4_g32_bf16, 256, 224},
-                                                                moe::Activation::situ_glu, 16, k_h200);
+    const KernelDescriptor g = MoeW4A16DecodeFamily::descriptor(
+        moe::Matrix::gate_up, {WeightFormat::int4_g32_bf16, 256, 224}, moe::Activation::situ_glu, 16, k_h200);
     CHECK(to_string(g).find(" cfg=matrix=gate_up,act=situ_glu,block_m=16,") != std::string::npos);
     CHECK(config_column(a) == "topk=8,block_m=64,warps=32");
     CHECK(config_column(b) == "warps=16");
     // Fields may come in any order and be left out (zero: canonicalisation fills the defaults).
-    const KernelDescriptor loose = parse_descriptor("moe_routing/indexed e=384 topk=8 target=sm_90a cfg=warps=32,block_m=64");
+    const KernelDescriptor loose =
+        parse_descriptor("moe_routing/indexed e=384 topk=8 target=sm_90a cfg=warps=32,block_m=64");
     CHECK(builtin_families().get("moe_routing").canonicalize(loose) == a);
     CHECK(parse_descriptor("moe_routing/indexed e=384 topk=8 a=i32 target=sm_90a cfg=warps=32,,block_m=64") == a);
 }
@@ -76,7 +77,8 @@ TEST_CASE("every family's descriptors round trip through their text") {
                 CHECK(cfg == f->config_text(d.config));
                 CHECK(f->parse_config(cfg) == d.config);
                 for (const ConfigField& field : f->config_fields())
-                    CHECK(cfg.find(std::string(field.name) + "=" + config_value_text(d.config, field)) != std::string::npos);
+                    CHECK(cfg.find(std::string(field.name) + "=" + config_value_text(d.config, field)) !=
+                          std::string::npos);
                 ++checked;
             }
         }
@@ -106,8 +108,9 @@ TEST_CASE("unknown config fields and values out of range are refused, naming the
     CHECK(m.find("(fields: block_m, warps)") != std::string::npos);
     CHECK(parse_error("moe_w4a16_combine/indexed cfg=block_m=8").find("(fields: none)") != std::string::npos);
     // out of range, or not a number
-    CHECK(parse_error("moe_routing/indexed cfg=block_m=70000").find("block_m=70000: expected an integer in [1, 1024]") !=
-          std::string::npos);
+    CHECK(
+        parse_error("moe_routing/indexed cfg=block_m=70000").find("block_m=70000: expected an integer in [1, 1024]") !=
+        std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=block_m=0").find("block_m=0") != std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps=33").find("warps=33") != std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps=-1").find("warps=-1") != std::string::npos);
@@ -117,7 +120,8 @@ TEST_CASE("unknown config fields and values out of range are refused, naming the
     // a choice field takes one of its names
     m = parse_error("moe_w4a16_decode/indexed cfg=matrix=sideways");
     CHECK(m.find("matrix=sideways: expected one of gate_up, down") != std::string::npos);
-    CHECK(parse_error("moe_w4a16_prefill/indexed cfg=mma=1").find("mma=1: expected one of sync, wgmma") != std::string::npos);
+    CHECK(parse_error("moe_w4a16_prefill/indexed cfg=mma=1").find("mma=1: expected one of sync, wgmma") !=
+          std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps").find("'warps': expected field=value") != std::string::npos);
     // the same checks when a config is set field by field
     const Family& r = builtin_families().get("moe_routing");

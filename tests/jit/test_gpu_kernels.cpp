@@ -77,9 +77,11 @@ struct TempDir {
 
 TEST_CASE("the Stream interface's common sequence with the moe_routing device kernel") {
     kiln::test::TestBackend& b = gpu();
-    for (const auto& [experts, topk, block_m] : {std::tuple{64, 8, 16}, std::tuple{384, 8, 64}, std::tuple{896, 16, 128}}) {
+    for (const auto& [experts, topk, block_m] :
+         {std::tuple{64, 8, 16}, std::tuple{384, 8, 64}, std::tuple{896, 16, 128}}) {
         const LoadedKernel& k = b.disp->get(MoeRoutingFamily::descriptor(experts, topk, target(), block_m));
-        for (int tokens : {1, 37, 5000}) kiln::test::run_stream_sequence(*b.backend, kiln::test::moe_routing_sequence(k, tokens, tokens));
+        for (int tokens : {1, 37, 5000})
+            kiln::test::run_stream_sequence(*b.backend, kiln::test::moe_routing_sequence(k, tokens, tokens));
     }
 }
 
@@ -105,7 +107,8 @@ TEST_CASE("moe_routing is graph-capturable: a replay routes the ids present at r
         CAPTURE(round);
         ids = make_ids(rng, tokens, topk, experts, round == 1);
         s.upload(d_ids.addr(), ids.data(), ids.size() * 4);
-        for (const Buffer* buf : {&d_sorted, &d_blocks, &d_counts, &d_total}) s.fill_u32(buf->addr(), k_poison, buf->size() / 4);
+        for (const Buffer* buf : {&d_sorted, &d_blocks, &d_counts, &d_total})
+            s.fill_u32(buf->addr(), k_poison, buf->size() / 4);
         g.launch(s);
         s.synchronize();
         MoeRoutingResult ref = moe_routing_reference(ids, tokens, topk, experts, 16, cap, blocks);

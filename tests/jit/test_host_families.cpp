@@ -155,17 +155,20 @@ TEST_CASE("host launches check their kernel and arguments before enqueueing anyt
     a.topk_ids.location = Location::device;
     CHECK_THROWS_WITH_AS(launch_moe_routing(k, stream, a), doctest::Contains("host tensor"), InvalidArgument);
     const LoadedKernel& g = loader.get(DequantGemvFamily::descriptor(1, 8, 32, k_host));
-    CHECK_THROWS_WITH_AS(launch_moe_routing(g, stream, a), doctest::Contains("launch_moe_routing: kernel is dequant_gemv/"),
-                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(launch_moe_routing(g, stream, a),
+                         doctest::Contains("launch_moe_routing: kernel is dequant_gemv/"), InvalidArgument);
     DequantGemvArgs ga{};
-    CHECK_THROWS_WITH_AS(launch_dequant_gemv(k, stream, ga), doctest::Contains("kernel is moe_routing/"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(launch_dequant_gemv(k, stream, ga), doctest::Contains("kernel is moe_routing/"),
+                         InvalidArgument);
 
     // moe_w4a16: each launch names what does not match its kernel
     const moe::MatrixShape w{WeightFormat::int4_g32_bf16, 128, 64};
     const LoadedKernel& dq = loader.get(MoeW4A16DequantFamily::descriptor(w, k_host));
     const LoadedKernel& rt = loader.get(MoeW4A16RouteFamily::descriptor(4, 8, k_host));
-    const LoadedKernel& dn = loader.get(MoeW4A16DecodeFamily::descriptor(moe::Matrix::down, w, moe::Activation::silu_glu, 8, k_host));
-    const LoadedKernel& pf = loader.get(MoeW4A16PrefillFamily::descriptor(moe::Matrix::down, w, moe::Activation::silu_glu, k_host));
+    const LoadedKernel& dn =
+        loader.get(MoeW4A16DecodeFamily::descriptor(moe::Matrix::down, w, moe::Activation::silu_glu, 8, k_host));
+    const LoadedKernel& pf =
+        loader.get(MoeW4A16PrefillFamily::descriptor(moe::Matrix::down, w, moe::Activation::silu_glu, k_host));
     const LoadedKernel& cb = loader.get(MoeW4A16CombineFamily::descriptor(k_host));
     std::vector<uint8_t> weights(64);
     std::vector<uint16_t> out(size_t(128) * 64);
@@ -191,8 +194,8 @@ TEST_CASE("host launches check their kernel and arguments before enqueueing anyt
     CHECK_THROWS_WITH_AS(launch_moe_w4a16_prefill(pf, stream, dp, -1), doctest::Contains("negative m-block capacity"),
                          InvalidArgument);
     dp.n_pad = 256;
-    CHECK_THROWS_WITH_AS(launch_moe_w4a16_decode(dn, stream, dp), doctest::Contains("weights [256, 64] do not match kernel"),
-                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(launch_moe_w4a16_decode(dn, stream, dp),
+                         doctest::Contains("weights [256, 64] do not match kernel"), InvalidArgument);
     CHECK_THROWS_WITH_AS(launch_moe_w4a16_prefill(pf, stream, dp, 1), doctest::Contains("do not match kernel"),
                          InvalidArgument);
     kiln_params::moe::CombineParams cp{};
@@ -356,5 +359,6 @@ TEST_CASE("the Stream interface's common sequence with the host moe_routing kern
     o.store = &store;
     Dispatcher disp(o);
     const LoadedKernel& k = disp.get(MoeRoutingFamily::descriptor(64, 8, k_host, 16));
-    for (int tokens : {1, 37, 5000}) kiln::test::run_stream_sequence(host(), kiln::test::moe_routing_sequence(k, tokens, tokens));
+    for (int tokens : {1, 37, 5000})
+        kiln::test::run_stream_sequence(host(), kiln::test::moe_routing_sequence(k, tokens, tokens));
 }

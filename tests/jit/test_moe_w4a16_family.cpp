@@ -193,7 +193,8 @@ TEST_CASE("moe_w4a16: decode descriptors for the K2 and K3 layers") {
     CHECK(dc(decode(Matrix::gate_up, gu, silu, 32)).block_k == 128);
     CHECK(canon(g) == g);  // idempotent
     CHECK(smem(g) <= moe::k_smem_limit);
-    CHECK(name_expr(g).find("moe_w4a16_decode<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 1,") != std::string::npos);
+    CHECK(name_expr(g).find("moe_w4a16_decode<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 1,") !=
+          std::string::npos);
     // the template, the shared header and the prelude; the parameter structs and their types
     CHECK(template_headers(g) == 6);
 
@@ -218,7 +219,8 @@ TEST_CASE("moe_w4a16: the fused decode kernel and its per-call shared memory") {
     CHECK(f.k == 7168);
     CHECK(canon(f) == f);
     CHECK(MoeW4A16DecodeFusedFamily().device_only());
-    CHECK(name_expr(f).find("moe_w4a16_decode_fused<kiln_dev::moe::kFormatInt4, false, 0, false, 1,") != std::string::npos);
+    CHECK(name_expr(f).find("moe_w4a16_decode_fused<kiln_dev::moe::kFormatInt4, false, 0, false, 1,") !=
+          std::string::npos);
     // four records per stage and a two-stage ring by default where K, down's K and shared memory allow
     CHECK(fc(f).block_k == 256);
     CHECK(fc(f).stages == 2);
@@ -233,7 +235,8 @@ TEST_CASE("moe_w4a16: the fused decode kernel and its per-call shared memory") {
     const uint32_t ring = moe::decode_smem(f.weight_format, 1, fc(f).stages, fc(f).block_k / 64);
     CHECK(smem(f) == moe::k_smem_limit);
     using F = MoeW4A16DecodeFusedFamily;
-    CHECK(F::call_smem(f, 1280, 48, 1280 / 8 + 48 + 1, 8) == ring + 5024 + 16);  // 209 x (8 + 8 x 2) bytes to 16, two flags
+    // 209 m-blocks x (8 + 8 x 2) bytes rounded up to 16, two flags
+    CHECK(F::call_smem(f, 1280, 48, 1280 / 8 + 48 + 1, 8) == ring + 5024 + 16);
     CHECK(F::call_smem(f, 65536, 48, 16, 8) == 0);
     CHECK(F::call_smem(f, 1280, 48, 209, 33) == 0);
     CHECK(F::call_smem(f, 1280, 48, 20000, 8) == 0);  // 20,000 m-blocks: no room
@@ -314,8 +317,8 @@ TEST_CASE("moe_w4a16: dynamic schedule, rows mode of down and the combine kernel
     CHECK(dc(r).rows == 1);
     CHECK(dc(r).matrix == static_cast<uint8_t>(Matrix::down));
     CHECK(name_expr(r).find("kFormatInt4, false, 2, 0, false, 4,") != std::string::npos);
-    CHECK_THROWS_WITH_AS(decode(Matrix::gate_up, gu, silu, 8, false, true), doctest::Contains("only down has a rows mode"),
-                         kiln::InvalidArgument);
+    CHECK_THROWS_WITH_AS(decode(Matrix::gate_up, gu, silu, 8, false, true),
+                         doctest::Contains("only down has a rows mode"), kiln::InvalidArgument);
 
     const KernelDescriptor c = MoeW4A16CombineFamily::descriptor(k_h200);
     CHECK(c.family.view() == "moe_w4a16_combine");
@@ -449,7 +452,8 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(smem(g) == 107648u);
     CHECK(canon(g) == g);
     CHECK(MoeW4A16PrefillFamily().preferred_smem_carveout(g) == 100);
-    CHECK(name_expr(g) == "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 6, 1, 2>");
+    CHECK(name_expr(g) ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 6, 1, 2>");
     CHECK(template_headers(g) == 7);  // the decode template's and the prefill template
 
     const KernelDescriptor d = prefill(Matrix::down, dn, situ);
@@ -460,7 +464,8 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(smem(d) <= moe::k_prefill_smem_limit);
     CHECK(smem(d) == moe::prefill_smem(k_mxfp4, 7, 2));
     CHECK(smem(d) == 113280u);
-    CHECK(name_expr(d) == "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 7, 1, 2>");
+    CHECK(name_expr(d) ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatMxfp4, false, 2, 0, false, 8, 7, 1, 2>");
 
     // K padded to 64 not a multiple of 128: one record per K step, the deeper ring of one-record slots.
     const KernelDescriptor h = prefill(Matrix::gate_up, gate_up(k_int4, 256, 320), silu);
@@ -469,7 +474,8 @@ TEST_CASE("moe_w4a16: prefill GEMM descriptors (block_m 64, decode layout)") {
     CHECK(smem(h) == 110848u);
     CHECK(pc(h).mask_k == 0);
     CHECK(canon(h) == h);
-    CHECK(name_expr(h) == "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 16, 1, 1>");
+    CHECK(name_expr(h) ==
+          "&kiln_dev::moe::moe_w4a16_prefill<kiln_dev::moe::kFormatInt4, false, 0, 0, false, 8, 16, 1, 1>");
     KernelDescriptor bk = h;  // block_k follows K, whatever the input says
     PrefillC c = pc(h);
     c.block_k = 128;
@@ -545,7 +551,8 @@ TEST_CASE("moe_w4a16: warpgroup-MMA prefill descriptors (sm_90a only)") {
     CHECK(pc(h).block_k == 64);  // one record per step: a single A buffer
 
     // Not on other targets; a stage count under three is refused; only the prefill family has the choice.
-    CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::wgmma, false, 64, Target::sm(90)), kiln::InvalidArgument);
+    CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::wgmma, false, 64, Target::sm(90)),
+                    kiln::InvalidArgument);
     KernelDescriptor two = g;
     c = pc(g);
     c.stages = 2;
@@ -622,7 +629,8 @@ TEST_CASE("moe_w4a16: warp-specialised wgmma prefill descriptors (block_m 128 / 
 
     // Refused: block_m 128 / 192 without wgmma, on other targets, with the wide CTA, other block_m, too many slots.
     CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::sync, false, 192), kiln::InvalidArgument);
-    CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::wgmma, false, 192, Target::sm(90)), kiln::InvalidArgument);
+    CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::wgmma, false, 192, Target::sm(90)),
+                    kiln::InvalidArgument);
     CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::wgmma, true, 128), kiln::InvalidArgument);
     CHECK_THROWS_AS(pg(gu, true, 96), kiln::InvalidArgument);
     CHECK_THROWS_AS(prefill(Matrix::gate_up, gu, silu, MoeMma::sync, false, 128, k_host), kiln::InvalidArgument);
@@ -656,7 +664,8 @@ TEST_CASE("moe_w4a16: bad prefill descriptors are refused; the host target maps 
     };
     CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.block_m = 32; })), kiln::InvalidArgument);
     CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.stages = 20; })), kiln::InvalidArgument);  // over 112 KB
-    CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.stages = 7; })), kiln::InvalidArgument);   // seven INT4 slots: 116,864 B
+    // seven two-record INT4 slots: 116,864 B
+    CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.stages = 7; })), kiln::InvalidArgument);
     CHECK(canon(with([](PrefillC& c) { c.stages = 6; })) == g);
     CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.matrix = 2; })), kiln::InvalidArgument);  // neither gate_up nor down
     CHECK_THROWS_AS(canon(with([](PrefillC& c) { c.mma = 2; })), kiln::InvalidArgument);
@@ -679,14 +688,15 @@ TEST_CASE("moe_w4a16: bad prefill descriptors are refused; the host target maps 
     CHECK(pf.host_source(hd).source.find("gemm<kiln_host::moe::kFormatInt4, 2, 0, 64, 512, 256>") != std::string::npos);
     CHECK(pf.host_source(hg).source.find("gemm<kiln_host::moe::kFormatInt4, 0, 1, 64, 512, 512>") != std::string::npos);
     const KernelDescriptor rows = decode(Matrix::down, dn, situ, 32, false, true, 0, 0, k_host);
-    CHECK(MoeW4A16DecodeFamily().host_source(rows).source.find("gemm<kiln_host::moe::kFormatInt4, 2, 0, 32, 512, 256>") !=
-          std::string::npos);
+    CHECK(MoeW4A16DecodeFamily().host_source(rows).source.find(
+              "gemm<kiln_host::moe::kFormatInt4, 2, 0, 32, 512, 256>") != std::string::npos);
     CHECK(route(8, 64, k_host).config.as<MoeW4A16RouteConfig>().block_m == 64);
     CHECK(MoeW4A16RouteFamily().host_source(route(8, 64, k_host)).source.find("routing<8, 64>") != std::string::npos);
 }
 
 TEST_CASE("moe_w4a16: NVRTC compiles the prefill GEMMs to sm_90a (both formats, activations, masks)") {
-    const MatrixShape gu4 = gate_up(k_int4, 2048, 7168), dn4 = down(k_int4, 7168, 2048), odd4 = gate_up(k_int4, 96, 224);
+    const MatrixShape gu4 = gate_up(k_int4, 2048, 7168), dn4 = down(k_int4, 7168, 2048),
+                      odd4 = gate_up(k_int4, 96, 224);
     const MatrixShape k160 = gate_up(k_int4, 96, 160);  // block_k 64
     const MatrixShape dn192 = down(k_mxfp4, 256, 192);
     const MatrixShape gu_fp4 = gate_up(k_mxfp4, 3072, 3584), dn_fp4 = down(k_mxfp4, 3584, 3072, true);

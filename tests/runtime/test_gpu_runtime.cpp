@@ -151,7 +151,7 @@ TEST_CASE("CUDA and host objects do not mix") {
     host_kernel.host = [](const kiln_host_ctx*, const void*) {};
     host_kernel.name = "a_host_kernel";
     int args = 0;
-    CHECK_THROWS_WITH_AS(cs->launch(host_kernel, LaunchDims{}, args), doctest::Contains("a_host_kernel is not a device kernel"),
-                         kiln::InvalidArgument);
+    CHECK_THROWS_WITH_AS(cs->launch(host_kernel, LaunchDims{}, args),
+                         doctest::Contains("a_host_kernel is not a device kernel"), kiln::InvalidArgument);
     cs->synchronize();
 }

@@ -317,8 +317,8 @@ TEST_CASE("a host stream refuses a kernel that is not a host kernel, before enqu
     KernelHandle device;  // a CUDA kernel handle (kind cuda)
     device.name = "some_device_kernel";
     int args = 0;
-    CHECK_THROWS_WITH_AS(s.launch(device, LaunchDims{}, args), doctest::Contains("some_device_kernel is not a host kernel"),
-                         kiln::InvalidArgument);
+    CHECK_THROWS_WITH_AS(s.launch(device, LaunchDims{}, args),
+                         doctest::Contains("some_device_kernel is not a host kernel"), kiln::InvalidArgument);
     KernelHandle empty = host_kernel(nullptr, "no_entry");
     CHECK_FALSE(static_cast<bool>(empty));
     CHECK_THROWS_AS(s.launch(empty, LaunchDims{}, args), kiln::InvalidArgument);
