@@ -5,8 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 
@@ -18,12 +16,13 @@
 #include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/library.hpp"
 #include "runtime/cuda/stream.hpp"
+#include "tests/cache/cache_test_util.hpp"
 #include "tests/common/backends.hpp"
+#include "tests/common/tensors.hpp"
 #include "tests/jit/moe_routing_sequence.hpp"
 
 using namespace kiln::jit;
 using namespace kiln::runtime;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -53,25 +52,11 @@ std::vector<int32_t> make_ids(std::mt19937& rng, int64_t tokens, int topk, int e
     return ids;
 }
 
+// The whole buffer back as T.
 template <typename T>
 std::vector<T> read(Backend& b, const Buffer& buf) {
-    std::vector<T> out(buf.size() / sizeof(T));
-    b.download(out.data(), buf.addr(), buf.size());
-    return out;
+    return kiln::test::download<T>(b, buf, buf.size() / sizeof(T));
 }
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "kiln-gpu-kernels-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 }  // namespace
 
@@ -164,10 +149,8 @@ TEST_CASE("a failing launch reports kernel, grid, block and shared memory") {
 
 TEST_CASE("the dispatcher memoises: a second get is the same kernel; a fresh dispatcher loads from the cache") {
     gpu().backend->make_current();
-    TempDir dir;
-    kiln::cache::StoreOptions so;
-    so.cache_dir = dir.path.string();
-    kiln::cache::Store store(so);
+    kiln::cache::test::TempDir dir;
+    kiln::cache::Store store(kiln::cache::test::options_in(dir));
     DispatcherOptions o;
     o.store = &store;
     Dispatcher disp(o);

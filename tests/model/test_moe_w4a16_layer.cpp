@@ -50,18 +50,27 @@ test::TestBackend* host() {
     return b;
 }
 
+// The layer every case starts from: 4 INT4 experts of hidden 64, intermediate 64, top-2.
+struct Layer {
+    w::PreparedMoeWeights gu = prepared(k_int4, k_decode, true, 4, 64, 64);
+    w::PreparedMoeWeights dn = prepared(k_int4, k_decode, false, 4, 64, 64);
+    MoeW4A16Shape shape;
+    autotune::MoeW4A16Tuning tuning = autotune::default_moe_w4a16_tuning(jit::WeightFormat::int4_g32_bf16);
+    explicit Layer(int max_tokens) {
+        shape.topk = 2;
+        shape.max_tokens = max_tokens;
+    }
+};
+
 }  // namespace
 
 TEST_CASE("moe_w4a16 layer: the plan follows the tuning's thresholds") {
     test::TestBackend* b = host();
     if (b == nullptr) return;
-    // 4 experts of hidden 64, intermediate 64
-    const w::PreparedMoeWeights gu = prepared(k_int4, k_decode, true, 4, 64, 64);
-    const w::PreparedMoeWeights dn = prepared(k_int4, k_decode, false, 4, 64, 64);
-    MoeW4A16Shape shape;
-    shape.topk = 2;
-    shape.max_tokens = 512;
-    autotune::MoeW4A16Tuning t = autotune::default_moe_w4a16_tuning(jit::WeightFormat::int4_g32_bf16);
+    Layer l(512);
+    const w::PreparedMoeWeights &gu = l.gu, &dn = l.dn;
+    const MoeW4A16Shape& shape = l.shape;
+    autotune::MoeW4A16Tuning& t = l.tuning;
     t.rows_combine_min = 16;  // rows + combine from 16 routed slots (8 tokens)
     t.prefill_min = 100;      // the prefill GEMMs from 100 slots per expert: 400 slots, 200 tokens
     t.tiles = 1;
@@ -108,12 +117,10 @@ TEST_CASE("moe_w4a16 layer: the plan follows the tuning's thresholds") {
 TEST_CASE("moe_w4a16 layer: weights it cannot read and bad tunings are refused") {
     test::TestBackend* b = host();
     if (b == nullptr) return;
-    const w::PreparedMoeWeights gu = prepared(k_int4, k_decode, true, 4, 64, 64);
-    const w::PreparedMoeWeights dn = prepared(k_int4, k_decode, false, 4, 64, 64);
-    MoeW4A16Shape shape;
-    shape.topk = 2;
-    shape.max_tokens = 16;
-    const autotune::MoeW4A16Tuning t = autotune::default_moe_w4a16_tuning(jit::WeightFormat::int4_g32_bf16);
+    const Layer l(16);
+    const w::PreparedMoeWeights &gu = l.gu, &dn = l.dn;
+    const MoeW4A16Shape& shape = l.shape;
+    const autotune::MoeW4A16Tuning& t = l.tuning;
     auto make = [&](const w::PreparedMoeWeights& g, const w::PreparedMoeWeights& d, const MoeW4A16Shape& s,
                     const autotune::MoeW4A16Tuning& tu) { MoeW4A16 layer(*b->disp, *b->backend, g, d, s, tu); };
     CHECK_NOTHROW(make(gu, dn, shape, t));
@@ -155,13 +162,9 @@ TEST_CASE("moe_w4a16 layer: weights it cannot read and bad tunings are refused")
 TEST_CASE("moe_w4a16 layer: a call that does not match its plan is refused before anything is enqueued") {
     test::TestBackend* b = host();
     if (b == nullptr) return;
-    const w::PreparedMoeWeights gu = prepared(k_int4, k_decode, true, 4, 64, 64);
-    const w::PreparedMoeWeights dn = prepared(k_int4, k_decode, false, 4, 64, 64);
-    MoeW4A16Shape shape;
-    shape.topk = 2;
-    shape.max_tokens = 16;
-    MoeW4A16 layer(*b->disp, *b->backend, gu, dn, shape,
-                   autotune::default_moe_w4a16_tuning(jit::WeightFormat::int4_g32_bf16));
+    const Layer l(16);
+    const w::PreparedMoeWeights &gu = l.gu, &dn = l.dn;
+    MoeW4A16 layer(*b->disp, *b->backend, gu, dn, l.shape, l.tuning);
     runtime::Backend& be = *b->backend;
     runtime::Buffer wgu = runtime::upload_buffer(be, gu.bytes.data(), gu.bytes.size());
     runtime::Buffer wdn = runtime::upload_buffer(be, dn.bytes.data(), dn.bytes.size());

@@ -11,6 +11,7 @@
 #include "runtime/cuda/driver.hpp"
 #include "runtime/cuda/stream.hpp"
 #include "runtime/host/stream.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace kiln::runtime;
 
@@ -22,11 +23,10 @@ CudaBackend& gpu() {
     return b;
 }
 
+// The whole buffer back as T.
 template <typename T>
 std::vector<T> read(Backend& b, const Buffer& buf) {
-    std::vector<T> out(buf.size() / sizeof(T));
-    b.download(out.data(), buf.addr(), buf.size());
-    return out;
+    return kiln::test::download<T>(b, buf, buf.size() / sizeof(T));
 }
 
 }  // namespace
