@@ -114,6 +114,7 @@ TEST_CASE("launch helpers refuse bad arguments before launching") {
     Stream& s = *b.stream;
     CHECK_THROWS_WITH_AS(launch_dequant_gemv(k, s, a), doctest::Contains("m=8 outside the kernel's M-bucket [1, 4]"),
                          kiln::InvalidArgument);
+    a.y = y.view(DType::bf16, {4, 64});
     a.x = x.view(DType::f32, {4, 64});
     CHECK_THROWS_AS(launch_dequant_gemv(k, s, a), kiln::InvalidArgument);
     std::vector<uint16_t> host_x(4 * 64);
@@ -125,6 +126,10 @@ TEST_CASE("launch helpers refuse bad arguments before launching") {
     CHECK_THROWS_WITH_AS(launch_moe_routing(k, s, r), doctest::Contains("kernel is dequant_gemv/"),
                          kiln::InvalidArgument);  // wrong family
     s.synchronize();  // nothing was launched
+    // the same arguments, each made right, launch
+    a.x = x.view(DType::bf16, {4, 64});
+    CHECK_NOTHROW(launch_dequant_gemv(k, s, a));
+    s.synchronize();
 }
 
 TEST_CASE("a failing launch reports kernel, grid, block and shared memory") {
