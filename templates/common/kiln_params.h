@@ -51,6 +51,12 @@ struct i32x2 {
 }  // namespace kiln_params
 #endif
 
+// NVRTC has no __builtin_offsetof (nor a constant offsetof): its front end's own primitive, __INTADDR__, is one.
+#if defined(__CUDACC_RTC__)
+#define KILN_PARAMS_OFFSETOF(T, field) ((unsigned long long)__INTADDR__(&(((T*)0)->field)))
+#else
+#define KILN_PARAMS_OFFSETOF(T, field) __builtin_offsetof(T, field)
+#endif
 #define KILN_PARAMS_SIZE(T, bytes) static_assert(sizeof(T) == (bytes), #T ": size of the shared parameter block")
 #define KILN_PARAMS_OFFSET(T, field, at) \
-    static_assert(__builtin_offsetof(T, field) == (at), #T "." #field ": offset in the shared parameter block")
+    static_assert(KILN_PARAMS_OFFSETOF(T, field) == (at), #T "." #field ": offset in the shared parameter block")

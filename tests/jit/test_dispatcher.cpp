@@ -8,8 +8,8 @@
 
 #include "cache/store.hpp"
 #include "jit/dispatcher.hpp"
-#include "jit/family_dequant_gemv.hpp"
-#include "jit/family_moe_routing.hpp"
+#include "jit/families/dequant_gemv.hpp"
+#include "jit/families/moe_routing.hpp"
 #include "jit/kernel_key.hpp"
 #include "runtime/cuda/driver.hpp"
 #include "runtime/error.hpp"
@@ -66,6 +66,8 @@ TEST_CASE("concurrent builds of one missing kernel compile once and store one ar
     CHECK(info->mode == "indexed");
     CHECK(info->experts == 24);
     CHECK(info->target == "sm_90a");
+    CHECK(info->config == "topk=3,block_m=8,warps=2");  // `kiln cache ls` shows the named fields
+    CHECK(info->config == config_column(d));
     CHECK(info->compiler == Nvrtc::instance().identity());
 
     // A second dispatcher (a new process, as far as the store is concerned) hits.

@@ -1,15 +1,18 @@
-// Family registry, generated sources and the CPU references the GPU suite checks kernels against.
+// Family registry, the families' config field tables, generated sources and the CPU references the op
+// harness checks kernels against.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <memory>
+#include <set>
 
+#include "jit/families/dequant_gemv.hpp"
+#include "jit/families/moe_routing.hpp"
 #include "jit/family.hpp"
-#include "jit/family_dequant_gemv.hpp"
-#include "jit/family_moe_routing.hpp"
 #include "jit/kernel_key.hpp"
 #include "runtime/bf16.hpp"
 #include "runtime/error.hpp"
+#include "tests/jit/family_samples.hpp"
 
 using namespace kiln::jit;
 
@@ -18,21 +21,71 @@ TEST_CASE("registry: explicit registration, lookup, duplicates refused") {
     CHECK(r.list().empty());
     CHECK_THROWS_AS(r.get("moe_routing"), kiln::NotFound);
     register_builtin_families(r);
-    CHECK(r.list().size() == 3);
+    CHECK(r.list().size() == 8);
     CHECK(r.list()[0]->name() == "dequant_gemv");
+    CHECK(r.list()[7]->name() == "moe_w4a16_route");
     CHECK(r.get("moe_routing").name() == "moe_routing");
     CHECK_THROWS_AS(r.add(std::make_unique<MoeRoutingFamily>()), kiln::InvalidArgument);
     try {
         r.get("moe_grouped");
         FAIL("expected NotFound");
     } catch (const kiln::NotFound& e) {
-        CHECK(std::string(e.what()).find("dequant_gemv, moe_routing, moe_w4a16") != std::string::npos);
+        CHECK(std::string(e.what()).find("(registered: dequant_gemv, moe_routing, moe_w4a16_combine, moe_w4a16_decode, "
+                                         "moe_w4a16_decode_fused, moe_w4a16_dequant, moe_w4a16_prefill, "
+                                         "moe_w4a16_route)") != std::string::npos);
     }
-    // Every family has a host implementation (a family without one is refused at registration).
-    for (const Family* f : r.list()) CHECK(f->has_host_source());
+    // Every family has a host implementation unless it is a device-only fusion of families that do (a family
+    // with neither is refused at registration).
+    for (const Family* f : r.list()) {
+        CAPTURE(std::string(f->name()));
+        CHECK(f->has_host_source() != f->device_only());
+        CHECK(f->device_only() == (f->name() == "moe_w4a16_decode_fused"));
+        if (f->device_only())
+            CHECK_THROWS_AS(f->host_source(kiln::test::sample_descriptors(f->name(), Target::sm(90, 'a')).at(0)),
+                            kiln::NotFound);
+    }
     HostSource hs = r.get("moe_routing").host_source(MoeRoutingFamily::descriptor(8, 2, Target::host_target()));
     CHECK(hs.source.find("#include \"host/moe_routing.hpp\"") != std::string::npos);
     CHECK(hs.entry == "kiln_moe_routing_indexed");
+}
+
+TEST_CASE("config field tables: named, in range, inside the config, not overlapping") {
+    for (const Family* f : builtin_families().list()) {
+        CAPTURE(std::string(f->name()));
+        std::set<std::string_view> names;
+        std::vector<bool> used(KernelConfig::k_capacity, false);
+        for (const ConfigField& field : f->config_fields()) {
+            CAPTURE(std::string(field.name));
+            CHECK(names.insert(field.name).second);
+            CHECK(f->field(field.name) == &field);
+            CHECK_FALSE(field.help.empty());
+            REQUIRE((field.size == 1 || field.size == 2 || field.size == 4));
+            REQUIRE(field.offset + field.size <= KernelConfig::k_capacity);
+            for (int b = field.offset; b < field.offset + field.size; ++b) {
+                CHECK_FALSE(used[b]);
+                used[b] = true;
+            }
+            CHECK(field.min >= 0);
+            CHECK(field.min <= field.max);
+            CHECK(field.max < (int64_t(1) << (8 * field.size)));
+            if (!field.choices.empty()) {
+                CHECK(field.min == 0);
+                CHECK(field.max + 1 == static_cast<int64_t>(field.choices.size()));
+            }
+            // the bounds themselves are accepted, one past them refused
+            KernelConfig c;
+            set_config_value(c, field, field.max);
+            CHECK(config_value(c, field) == field.max);
+            CHECK(parse_config_value(field, config_value_text(c, field)) == field.max);
+            CHECK_THROWS_AS(set_config_value(c, field, field.max + 1), kiln::InvalidArgument);
+            if (field.min > 0) CHECK_THROWS_AS(set_config_value(c, field, field.min - 1), kiln::InvalidArgument);
+        }
+        // A canonical descriptor's config holds nothing the fields do not name.
+        for (const Target t : {Target::sm(90, 'a'), Target::host_target()})
+            for (const KernelDescriptor& d : kiln::test::sample_descriptors(f->name(), t))
+                for (size_t b = 0; b < KernelConfig::k_capacity; ++b)
+                    if (!used[b]) CHECK(d.config.bytes[b] == 0);
+    }
 }
 
 TEST_CASE("generated sources are tiny and name one instantiation") {
@@ -47,7 +100,10 @@ TEST_CASE("generated sources are tiny and name one instantiation") {
     DeviceSource gs = builtin_families().get("dequant_gemv").device_source(g);
     CHECK(gs.name_expr == "&kiln_dev::dequant_gemv_int4_g32<7168, 2048, 8, 8>");
     auto headers = collect_template_headers(gs.source, TemplateStore::instance());
-    CHECK(headers.size() == 2);
+    CHECK(headers.size() == 4);  // the template, the prelude, the parameter struct and the shared types
+    CHECK(std::find_if(headers.begin(), headers.end(), [](const auto& h) {
+              return h.first == "common/dequant_gemv_params.h";
+          }) != headers.end());
 }
 
 TEST_CASE("missing templates are reported by name") {

@@ -94,9 +94,13 @@ TEST_CASE("compile, load and run a host kernel on a host stream") {
             y[i] = dist(rng);
             want[i] = 2.5f * x[i] + y[i];
         }
-        runtime::HostStream s;
-        SaxpyArgs args{x.data(), y.data()};
-        s.launch(reinterpret_cast<kiln_host_entry>(mod->entry("saxpy")), &args, sizeof args, "saxpy");
+        runtime::HostBackend backend;
+        runtime::HostStream s(backend);
+        runtime::KernelHandle k;
+        k.kind = runtime::BackendKind::host;
+        k.host = reinterpret_cast<kiln_host_entry>(mod->entry("saxpy"));
+        k.name = "saxpy";
+        s.launch(k, runtime::LaunchDims{}, SaxpyArgs{x.data(), y.data()});
         s.synchronize();
         for (int i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(want[i]).epsilon(1e-6));
         // In-process memo: same source, same module, no second front-end run.

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "jit/family.hpp"
-#include "jit/family_dequant_gemv.hpp"
-#include "jit/family_moe_routing.hpp"
+#include "jit/families/dequant_gemv.hpp"
+#include "jit/families/moe_routing.hpp"
 #include "jit/kernel_key.hpp"
 #include "jit/nvrtc.hpp"
 

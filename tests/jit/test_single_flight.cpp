@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "jit/family_moe_routing.hpp"
+#include "jit/families/moe_routing.hpp"
 #include "jit/kernel_key.hpp"
 #include "jit/nvrtc.hpp"
 #include "jit/single_flight.hpp"

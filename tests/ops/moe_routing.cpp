@@ -1,6 +1,7 @@
 // Op cases of family moe_routing: flat rows grouped by expert (stable), padded to block_m with the
 // sentinel, block experts, counts and the padded total against moe_routing_reference, with ids of other
-// ranks dropped, capacities larger than needed (the tail must be filled too) and inputs over one slice.
+// ranks dropped, capacities larger than needed (the tail must be filled too), inputs over one slice, every
+// token on the same experts, and the device kernel's CTA sizes (warps) chosen or by default.
 #include <random>
 
 #include <fmt/format.h>
@@ -19,6 +20,8 @@ struct RoutingShape {
     int tokens, experts, topk, block_m;
     double invalid_fraction;  // ids outside [0, experts): dropped
     int64_t extra_capacity;   // sorted_ids / block_expert larger than needed
+    int warps = 0;            // the device CTA's warps (0: the family's default for the expert count)
+    bool one_hot = false;     // every token on experts 0 .. topk-1
 };
 
 class RoutingCase final : public OpCase {
@@ -29,8 +32,10 @@ public:
         // Skewed routing: half the picks go to a few hot experts.
         std::uniform_int_distribution<int> any(0, s.experts - 1), hot(0, std::min(3, s.experts - 1));
         std::uniform_real_distribution<double> u(0, 1);
-        for (auto& id : ids_) {
-            if (u(rng) < s.invalid_fraction)
+        for (size_t i = 0; i < ids_.size(); ++i) {
+            int32_t& id = ids_[i];
+            if (s.one_hot) id = static_cast<int32_t>(i % s.topk);
+            else if (u(rng) < s.invalid_fraction)
                 id = (rng() & 1) ? -1 - static_cast<int>(rng() % 5) : s.experts + static_cast<int>(rng() % 7);
             else id = u(rng) < 0.5 ? hot(rng) : any(rng);
         }
@@ -40,13 +45,15 @@ public:
     }
     std::string family() const override { return "moe_routing"; }
     std::string name() const override {
-        return fmt::format("moe_routing: {} tokens, {} experts, top-{}, block_m {}, {:.0f}% foreign, +{} rows",
-                           s_.tokens, s_.experts, s_.topk, s_.block_m, 100 * s_.invalid_fraction, s_.extra_capacity);
+        return fmt::format(
+            "moe_routing: {} tokens, {} experts, top-{}, block_m {}, {}, +{} rows{}", s_.tokens, s_.experts, s_.topk,
+            s_.block_m, s_.one_hot ? std::string("one-hot") : fmt::format("{:.0f}% foreign", 100 * s_.invalid_fraction),
+            s_.extra_capacity, s_.warps ? fmt::format(", warps {}", s_.warps) : std::string());
     }
     void setup(test::TestBackend& b) override {
         const jit::Target t =
             b.backend->kind() == runtime::BackendKind::host ? jit::Target::host_target() : b.disp->device_target();
-        kernel_ = &b.disp->get(jit::MoeRoutingFamily::descriptor(s_.experts, s_.topk, t, s_.block_m));
+        kernel_ = &b.disp->get(jit::MoeRoutingFamily::descriptor(s_.experts, s_.topk, t, s_.block_m, s_.warps));
         runtime::Backend& be = *b.backend;
         ids_d_ = test::upload(be, ids_);
         sorted_ = be.alloc(size_t(cap_) * 4);
@@ -97,6 +104,11 @@ void add_moe_routing_cases(CaseList& out) {
         {777, 2, 2, 1, 0.3, 1},
         // the same kernel at several token counts (M is not baked in)
         {1, 96, 8, 32, 0.02, 0},    {9, 96, 8, 32, 0.02, 0},   {4097, 96, 8, 32, 0.02, 0},
+        // decode and prefill sizes of K2 / K3 and the device CTA's sizes: 32 warps (up to 512 experts), 16 (896
+        // experts), 8 (2048), or chosen
+        {50, 112, 16, 8, 0.0, 0},   {2048, 384, 8, 64, 0.0, 0}, {300, 2048, 4, 32, 0.0, 0},
+        {257, 64, 8, 16, 0.0, 0, 4}, {16384, 384, 8, 64, 0.0, 0, 32},
+        {20, 64, 8, 16, 0.0, 0, 0, true}, {3, 8, 2, 4, 0.0, 0, 0, true},
     };
     uint64_t seed = 1;
     for (const RoutingShape& s : shapes) out.push_back(std::make_unique<RoutingCase>(s, seed++));

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/families/moe_w4a16_decode.hpp"
 #include "jit/families/moe_w4a16_decode_fused.hpp"
 #include "jit/families/moe_w4a16_prefill.hpp"
 #include "jit/families/moe_w4a16_route.hpp"
@@ -170,12 +171,41 @@ private:
                                 : 1.1 * rows_e <= 128    ? 128
                                                          : 192;
             expect(plan_.block_m == want_bm, fmt::format("prefill block_m {} (expected {})", plan_.block_m, want_bm));
-            const auto cfg = plan_.gate_up->desc.config.as<jit::MoeW4A16PrefillConfig>();
-            expect(cfg.block_m == want_bm && (cfg.mma == 1) == wgmma,
-                   fmt::format("prefill gate_up kernel {}", plan_.gate_up->name));
+            // both GEMMs are the prefill family's, gate_up then down, with the routing's block_m
+            for (const jit::LoadedKernel* k : {plan_.gate_up, plan_.down}) {
+                const auto cfg = k->desc.config.as<jit::MoeW4A16PrefillConfig>();
+                const auto matrix = k == plan_.gate_up ? jit::moe::Matrix::gate_up : jit::moe::Matrix::down;
+                expect(k->desc.family.view() == jit::MoeW4A16PrefillFamily::k_name &&
+                           cfg.matrix == static_cast<uint8_t>(matrix) && cfg.block_m == want_bm &&
+                           (cfg.mma == 1) == wgmma,
+                       fmt::format("prefill {} kernel {}", k == plan_.gate_up ? "gate_up" : "down", k->name));
+            }
             expect(plan_.route->desc.config.as<jit::MoeW4A16RouteConfig>().block_m == want_bm,
                    fmt::format("prefill routing kernel {}", plan_.route->name));
+            expect(plan_.combine != nullptr, "the prefill path without a combine");
             return bad;
+        }
+        if (plan_.path != MoeW4A16Path::fused) {
+            // the unfused decode path: down's rows + combine from rows_combine_min routed slots, else fp32 atomics
+            const bool want_rows = tuning_.rows_combine_min >= 0 && slots >= tuning_.rows_combine_min;
+            expect(
+                (plan_.path == MoeW4A16Path::decode_rows) == want_rows,
+                fmt::format("path {} (rows + combine expected: {})", model::layers::to_string(plan_.path), want_rows));
+            const auto gu = plan_.gate_up->desc.config.as<jit::MoeW4A16DecodeConfig>();
+            const auto dn = plan_.down->desc.config.as<jit::MoeW4A16DecodeConfig>();
+            expect(plan_.gate_up->desc.family.view() == jit::MoeW4A16DecodeFamily::k_name &&
+                       gu.matrix == static_cast<uint8_t>(jit::moe::Matrix::gate_up),
+                   fmt::format("decode gate_up kernel {}", plan_.gate_up->name));
+            expect(plan_.down->desc.family.view() == jit::MoeW4A16DecodeFamily::k_name &&
+                       dn.matrix == static_cast<uint8_t>(jit::moe::Matrix::down) && dn.rows == (want_rows ? 1 : 0),
+                   fmt::format("decode down kernel {}", plan_.down->name));
+            expect((plan_.combine != nullptr) == want_rows, "a combine exactly on the rows path");
+            if (device) {
+                expect((gu.dynamic != 0) == plan_.gate_up_dynamic && (dn.dynamic != 0) == plan_.down_dynamic,
+                       "the kernels' schedules are not the plan's");
+            } else {
+                expect(!plan_.gate_up_dynamic && !plan_.down_dynamic, "the host target runs the static schedule");
+            }
         }
         if (!device) {
             expect(plan_.path != MoeW4A16Path::fused, "the host target has no fused kernel");
@@ -187,9 +217,11 @@ private:
         const bool fusable = pb.wdn.k_pad % bk == 0 && pb.wgu.k_pad % bk == 0;
         const bool schedules = tuning_.gate_up_schedule != SchedulePick::static_shares &&
                                tuning_.down_schedule != SchedulePick::static_shares;
-        const bool may_fuse = tuning_.fuse && fusable && tuning_.fused_min >= 0 && slots >= tuning_.fused_min && schedules;
+        const bool may_fuse =
+            tuning_.fuse && fusable && tuning_.fused_min >= 0 && slots >= tuning_.fused_min && schedules;
         expect((plan_.path == MoeW4A16Path::fused) == (may_fuse && slots <= layer_->fused_max_slots()),
-               fmt::format("path {} (fused max slots {})", model::layers::to_string(plan_.path), layer_->fused_max_slots()));
+               fmt::format("path {} (fused max slots {})", model::layers::to_string(plan_.path),
+                           layer_->fused_max_slots()));
         // every call of these small shapes up to 2,048 slots fits the fused kernel
         if (may_fuse) expect(layer_->fused_max_slots() >= std::min<int64_t>(slots, 2048), "fused kernel too small");
         if (plan_.path == MoeW4A16Path::fused) {
@@ -292,7 +324,8 @@ const std::vector<MoeSpec>& shared_problems() {
         {"host no local expert", F::mxfp4_g32_e8m0, situ, 256, 128, 8, 4, 3, "none", 1},
         {"host odd sizes int4", F::int4_g32_bf16, silu, 224, 96, 5, 2, 33, "uniform", 1},
         {"host odd sizes mxfp4", F::mxfp4_g32_e8m0, situ, 160, 160, 7, 3, 21, "uniform", 2},
-        // The K2 / K3 expert shapes, whole (an EP slice) and TP8-sliced; few experts and tokens keep the reference cheap.
+        // The K2 / K3 expert shapes, whole (an EP slice) and TP8-sliced; few experts and tokens keep the
+        // reference cheap.
         {"host K2 expert 7168 x 2048", F::int4_g32_bf16, silu, 7168, 2048, 4, 2, 3, "uniform", 1},
         {"host K2 TP8 slice 7168 x 256", F::int4_g32_bf16, silu, 7168, 256, 8, 4, 5, "skewed", 1},
         {"host K3 expert 3584 x 3072", F::mxfp4_g32_e8m0, situ, 3584, 3072, 4, 2, 3, "uniform", 1},

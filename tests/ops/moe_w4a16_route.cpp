@@ -1,8 +1,8 @@
 // Op cases of family moe_w4a16_route: the m-blocks the GEMMs read (each local expert's rows in slot order,
 // m-block experts and row counts, sorted tokens and weights, -1 / 0 padding), with slots of other ranks
-// (ids below 0 or past the experts) skipped and m-blocks past the capacity dropped, for every block_m. The
-// host keeps each expert's rows in slot order; the device's order inside an expert is unspecified, so there
-// they are compared as a set.
+// (ids below 0 or past the experts) skipped and m-blocks past the capacity dropped (their entries untouched),
+// for every block_m. The host keeps each expert's rows in slot order; the device's order inside an expert is
+// unspecified, so there they are compared as a set.
 #include <algorithm>
 #include <map>
 
@@ -104,6 +104,9 @@ public:
             wrong += got != rows;
         }
         if (wrong) bad.push_back(fmt::format("{} counts, m-block entries or sorted rows differ", wrong));
+        long past = 0;  // m-block entries past the capacity keep the poison (-1)
+        for (size_t i = size_t(cap) * 2; i < info.size(); ++i) past += info[i] != -1;
+        if (past) bad.push_back(fmt::format("{} m-block entries written past the capacity", past));
         return bad;
     }
     void teardown(test::TestBackend&) override {

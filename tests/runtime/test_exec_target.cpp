@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "kiln_config.h"
 #include "runtime/cuda/driver.hpp"
@@ -57,4 +59,24 @@ TEST_CASE("resolving a preference follows the machine and the build") {
             CHECK_THROWS_AS(resolve_exec_target(TargetPreference::auto_select), NoDevice);
         }
     }
+}
+
+TEST_CASE("make_backend gives the target's backend") {
+    if (host_target_available()) {
+        std::unique_ptr<Backend> h = make_backend(ExecTarget::host);
+        CHECK(h->kind() == BackendKind::host);
+        CHECK(h->location() == Location::host);
+        CHECK(h->compute_units() >= 1);
+        CHECK(h->name().rfind("host (", 0) == 0);
+    }
+    if (device_count() > 0) {
+        std::unique_ptr<Backend> c = make_backend(ExecTarget::cuda);
+        CHECK(c->kind() == BackendKind::cuda);
+        CHECK(c->location() == Location::device);
+        CHECK(c->compute_units() == device_props(0).sm_count);
+        CHECK(c->name().rfind("cuda:0 ", 0) == 0);
+    } else {
+        CHECK_THROWS_AS(make_backend(ExecTarget::cuda), NoDevice);
+    }
+    CHECK(std::string(to_string(BackendKind::cuda)) == "cuda");
 }

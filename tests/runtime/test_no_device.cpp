@@ -4,11 +4,13 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
-#include "runtime/cuda/driver.hpp"
+#include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/device.hpp"
-#include "runtime/cuda/memory.hpp"
-#include "runtime/cuda/stream.hpp"
+#include "runtime/cuda/driver.hpp"
+#include "runtime/exec_target.hpp"
+#include "runtime/host/stream.hpp"
 
 using namespace kiln::runtime;
 
@@ -29,14 +31,29 @@ TEST_CASE("a disabled driver is a typed no-device state") {
 TEST_CASE("GPU operations throw NoDevice with the reason") {
     CHECK_THROWS_AS(driver(), NoDevice);
     CHECK_THROWS_AS(Context(0), NoDevice);
-    CHECK_THROWS_AS(DeviceBuffer(16), NoDevice);
     CHECK_THROWS_AS(device_props(0), NoDevice);
+    CHECK_THROWS_AS(make_backend(ExecTarget::cuda), NoDevice);
+    CHECK_THROWS_AS(resolve_exec_target(TargetPreference::cuda), NoDevice);
     try {
-        Stream s;
+        CudaBackend b(0);
         FAIL("expected NoDevice");
     } catch (const NoDevice& e) {
         CHECK(std::string(e.what()).find("disabled") != std::string::npos);
     }
+}
+
+TEST_CASE("the host backend works without a driver") {
+    if (!host_target_available()) return;  // a GPU-only build has nothing to run here
+    CHECK(resolve_exec_target(TargetPreference::auto_select) == ExecTarget::host);
+    std::unique_ptr<Backend> b = make_backend(exec_target());
+    REQUIRE(b->kind() == BackendKind::host);
+    Buffer buf = b->alloc(64);
+    std::unique_ptr<Stream> s = b->create_stream();
+    std::vector<uint32_t> got(16, 0);
+    s->fill_u32(buf.addr(), 0x01020304u, 16);
+    s->download(got.data(), buf.addr(), 64);
+    s->synchronize();
+    CHECK(got == std::vector<uint32_t>(16, 0x01020304u));
 }
 
 TEST_CASE("CUDA errors name the call and the error, launch errors the geometry") {

@@ -1,7 +1,7 @@
-// moe_w4a16 weight formats and repacking (CPU): the layout is an exact permutation of the checkpoint
-// (every element dequantises to the same value), layouts and formats are checked at dispatch, bad
-// inputs are refused, and the bit tricks of the fused dequantisation reproduce the unfused bf16
-// rounding for every code and scale.
+// moe_w4a16 weight formats and repacking (model/weights/moe_w4a16): the layout is an exact permutation of the
+// checkpoint (every element dequantises to the same value), layouts and formats are checked before a kernel
+// reads them, bad inputs are refused, and the bit tricks of the fused dequantisation reproduce the unfused
+// bf16 rounding for every code and scale.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "jit/moe_w4a16_weights.hpp"
+#include "model/weights/moe_w4a16.hpp"
 #include "runtime/error.hpp"
 
-using namespace kiln::jit::moe;
+using namespace kiln::model::weights;
 
 namespace {
 

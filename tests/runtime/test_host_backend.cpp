@@ -1,3 +1,5 @@
+// The host backend (runtime/host/): the thread pool of host kernels, host streams and events with CUDA stream
+// semantics, host kernel launches through the C ABI, host buffers, and the Stream interface's common sequence.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -8,10 +10,17 @@
 
 #include "runtime/host/stream.hpp"
 #include "runtime/host/thread_pool.hpp"
+#include "tests/common/stream_sequence.hpp"
 
 using namespace kiln::runtime;
 
 namespace {
+
+// The backend every stream below belongs to (the process-wide pool).
+HostBackend& host() {
+    static HostBackend b;
+    return b;
+}
 
 // Blocks a stream until the test opens it, so ordering can be observed without timing.
 struct Gate {
@@ -86,7 +95,7 @@ TEST_CASE("parallel loops from several threads at once") {
 }
 
 TEST_CASE("a stream runs its work in order, one item at a time") {
-    HostStream s;
+    HostStream s(host());
     std::vector<int> order;
     std::atomic<int> running{0};
     bool overlap = false;
@@ -104,7 +113,7 @@ TEST_CASE("a stream runs its work in order, one item at a time") {
 }
 
 TEST_CASE("enqueue returns at once; query and synchronize see pending work") {
-    HostStream s;
+    HostStream s(host());
     Gate g;
     std::atomic<bool> after{false};
     s.enqueue(g.wait_fn());
@@ -118,7 +127,7 @@ TEST_CASE("enqueue returns at once; query and synchronize see pending work") {
 }
 
 TEST_CASE("an event orders work across streams") {
-    HostStream a, b;
+    HostStream a(host()), b(host());
     HostEvent ev;
     CHECK(ev.query());  // never recorded
     Gate g;
@@ -141,9 +150,9 @@ TEST_CASE("an event orders work across streams") {
 }
 
 TEST_CASE("wait uses the most recent record at the time of the call") {
-    HostStream a, b, c;
+    HostStream a(host()), b(host()), c(host());
     HostEvent ev;
-    HostStream idle;
+    HostStream idle(host());
     idle.record(ev);  // first record: completes at once
     idle.synchronize();
     Gate g;
@@ -167,7 +176,7 @@ TEST_CASE("wait uses the most recent record at the time of the call") {
 }
 
 TEST_CASE("elapsed time between events") {
-    HostStream s;
+    HostStream s(host());
     HostEvent start, stop, never;
     Gate g;
     s.record(start);
@@ -183,7 +192,7 @@ TEST_CASE("elapsed time between events") {
 }
 
 TEST_CASE("errors are sticky and never hang other streams") {
-    HostStream a, b;
+    HostStream a(host()), b(host());
     HostEvent ev;
     std::atomic<bool> skipped_ran{false}, b_ran{false};
     a.enqueue([] { throw std::runtime_error("boom"); }, "step 1");
@@ -207,7 +216,7 @@ TEST_CASE("errors are sticky and never hang other streams") {
 TEST_CASE("destroying a stream waits for its work") {
     std::atomic<int> n{0};
     {
-        HostStream s;
+        HostStream s(host());
         for (int i = 0; i < 100; ++i) s.enqueue([&] { n.fetch_add(1); });
     }
     CHECK(n.load() == 100);
@@ -247,38 +256,139 @@ extern "C" void scratch_kernel(const kiln_host_ctx* ctx, const void* args) {
     for (int64_t i = 0; i < a->n; ++i) tmp[i] = static_cast<int>(i) * a->value;
     for (int64_t i = 0; i < a->n; ++i) a->out[a->n - 1 - i] = tmp[i];
 }
+// Reports the pool it was given.
+extern "C" void threads_kernel(const kiln_host_ctx* ctx, const void* args) {
+    **static_cast<uint32_t* const*>(args) = ctx->num_threads;
+}
+// The sequence's kernel: out[i] = 3 in[i] + 1 over 32-bit words, in a parallel loop.
+struct AffineArgs {
+    const uint32_t* in;
+    uint32_t* out;
+    int64_t n;
+};
+extern "C" void affine_chunk(void* arg, int64_t b, int64_t e) {
+    const AffineArgs* a = static_cast<const AffineArgs*>(arg);
+    for (int64_t i = b; i < e; ++i) a->out[i] = 3u * a->in[i] + 1u;
+}
+extern "C" void affine_kernel(const kiln_host_ctx* ctx, const void* args) {
+    ctx->parallel_for(ctx->pool, static_cast<const AffineArgs*>(args)->n, 64, &affine_chunk, const_cast<void*>(args));
+}
+
+KernelHandle host_kernel(kiln_host_entry entry, const char* name, uint64_t scratch = 0) {
+    KernelHandle k;
+    k.kind = BackendKind::host;
+    k.host = entry;
+    k.host_scratch_bytes = scratch;
+    k.name = name;
+    return k;
+}
 }  // namespace
 
 TEST_CASE("host kernel launch copies its arguments and runs parallel loops") {
     HostThreadPool pool(3);
-    HostStream s(pool);
+    HostBackend backend(pool);
+    CHECK(backend.compute_units() == 3);
+    CHECK(backend.name() == "host (3 threads)");
+    HostStream s(backend);
+    CHECK(&s.pool() == &pool);
     std::vector<int> out(1001, -1);
     Gate g;
     s.enqueue(g.wait_fn());
     FillArgs args{out.data(), static_cast<int64_t>(out.size()), 7};
-    s.launch(&fill_kernel, &args, sizeof args, "fill");
+    s.launch(host_kernel(&fill_kernel, "fill"), LaunchDims{}, args);
     args.value = 1000;  // after launch: must not be seen by the kernel
     g.open();
     s.synchronize();
     for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == 7 + static_cast<int>(i));
+    uint32_t threads = 0;
+    uint32_t* where = &threads;
+    s.launch(host_kernel(&threads_kernel, "threads"), LaunchDims{}, where);
+    s.synchronize();
+    CHECK(threads == 3);
 
-    s.launch(&refusing_kernel, nullptr, 0, "refuser");
+    s.launch(host_kernel(&refusing_kernel, "refuser"), LaunchDims{}, nullptr, 0);
     CHECK_THROWS_WITH_AS(s.synchronize(),
                          doctest::Contains("host kernel refuser refused to run (status 3)"),
                          HostExecutionError);
 }
 
+TEST_CASE("a host stream refuses a kernel that is not a host kernel, before enqueueing it") {
+    HostStream s(host());
+    KernelHandle device;  // a CUDA kernel handle (kind cuda)
+    device.name = "some_device_kernel";
+    int args = 0;
+    CHECK_THROWS_WITH_AS(s.launch(device, LaunchDims{}, args),
+                         doctest::Contains("some_device_kernel is not a host kernel"), kiln::InvalidArgument);
+    KernelHandle empty = host_kernel(nullptr, "no_entry");
+    CHECK_FALSE(static_cast<bool>(empty));
+    CHECK_THROWS_AS(s.launch(empty, LaunchDims{}, args), kiln::InvalidArgument);
+    CHECK_NOTHROW(s.synchronize());  // nothing was enqueued, so nothing failed
+}
+
 TEST_CASE("host kernel scratch memory") {
-    HostStream s;
+    HostStream s(host());
     for (int64_t n : {10, 1000, 100, 100000}) {
         std::vector<int> out(n, -1);
         FillArgs args{out.data(), n, 3};
-        s.launch(&scratch_kernel, &args, sizeof args, "scratch", sizeof(int) * n);
+        s.launch(host_kernel(&scratch_kernel, "scratch", sizeof(int) * n), LaunchDims{}, args);
         s.synchronize();
         for (int64_t i = 0; i < n; ++i) REQUIRE(out[n - 1 - i] == 3 * static_cast<int>(i));
     }
     std::vector<int> out(64, -1);
     FillArgs args{out.data(), 64, 3};
-    s.launch(&scratch_kernel, &args, sizeof args, "scratch", 8);  // asks for too little
+    s.launch(host_kernel(&scratch_kernel, "scratch", 8), LaunchDims{}, args);  // asks for too little
     CHECK_THROWS_WITH_AS(s.synchronize(), doctest::Contains("scratch buffer too small"), HostExecutionError);
+}
+
+TEST_CASE("host buffers: aligned, owning, movable, viewed as tensors") {
+    HostBackend& b = host();
+    CHECK(b.kind() == BackendKind::host);
+    CHECK(b.location() == Location::host);
+    CHECK(b.compute_units() == static_cast<int>(HostThreadPool::global().threads()));
+    Buffer empty = b.alloc(0);
+    CHECK_FALSE(static_cast<bool>(empty));
+    CHECK(empty.size() == 0);
+    Buffer a = b.alloc(100);
+    REQUIRE(static_cast<bool>(a));
+    CHECK(a.size() == 100);
+    CHECK(a.addr() % 64 == 0);
+    CHECK(a.backend() == &b);
+    CHECK(a.data() == a.as<void>());
+    const uint64_t addr = a.addr();
+    Buffer moved = std::move(a);
+    CHECK(moved.addr() == addr);
+    CHECK_FALSE(static_cast<bool>(a));  // NOLINT(bugprone-use-after-move): a moved-from buffer is empty
+    Buffer assigned = b.alloc(8);
+    assigned = std::move(moved);
+    CHECK(assigned.addr() == addr);
+    TensorView v = assigned.view(DType::i32, {5, 5});
+    CHECK(v.data == assigned.data());
+    CHECK(v.location == Location::host);
+    CHECK(v.bytes() == 100);
+    CHECK_THROWS_WITH_AS(assigned.view(DType::f32, {26}), doctest::Contains("needs 104 bytes but the buffer holds 100"),
+                         kiln::InvalidArgument);
+    assigned.reset();
+    CHECK_FALSE(static_cast<bool>(assigned));
+    const std::vector<uint16_t> src = {1, 2, 3, 4, 5};
+    Buffer up = upload_buffer(b, src.data(), src.size() * 2);
+    CHECK(std::vector<uint16_t>(up.as<uint16_t>(), up.as<uint16_t>() + 5) == src);
+    CHECK_FALSE(static_cast<bool>(upload_buffer(b, nullptr, 0)));
+}
+
+TEST_CASE("the Stream interface's common sequence on the host backend") {
+    Backend& b = host();
+    kiln::test::SequenceKernel k;
+    k.name = "affine host kernel";
+    for (uint32_t i = 0; i < 3000; ++i) k.input.push_back(i * 2654435761u + 17u);
+    for (uint32_t v : k.input) k.expect.push_back(3u * v + 1u);
+    const KernelHandle h = host_kernel(&affine_kernel, "affine");
+    k.launch = [&](Stream& s, uint64_t in, uint64_t out) {
+        s.launch(h, LaunchDims{}, AffineArgs{reinterpret_cast<const uint32_t*>(in), reinterpret_cast<uint32_t*>(out),
+                                             static_cast<int64_t>(k.input.size())});
+    };
+    kiln::test::run_stream_sequence(b, k);
+    // and on a backend with a thread pool of its own
+    HostThreadPool pool(2);
+    HostBackend small(pool);
+    kiln::test::run_stream_sequence(small, k);
 }
