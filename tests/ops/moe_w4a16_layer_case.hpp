@@ -31,6 +31,7 @@ struct MoeLayerConfig {
     std::function<void(autotune::MoeW4A16Tuning&)> apply = [](autotune::MoeW4A16Tuning&) {};
     int max_tokens_factor = 1;  // workspace for this many times the call's tokens
     bool device_only = false;   // a configuration of the device kernels alone
+    bool quick = true;          // in the quick set (the others run with KILN_TEST_OPS_ALL=1)
 };
 
 // The layer on the device's problems (1 to 16k tokens, K2 / K3 shapes whole and sliced).

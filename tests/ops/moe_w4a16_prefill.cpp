@@ -24,7 +24,7 @@ MoeLayerConfig prefill(const char* name, bool wgmma, bool wide, int block_m, int
 }  // namespace
 
 void add_moe_w4a16_prefill_cases(CaseList& out) {
-    const std::vector<MoeLayerConfig> device = {
+    std::vector<MoeLayerConfig> device = {
         prefill("prefill (forced)", true, false, 0, 1, true),
         prefill("prefill (forced), workspace for 3 M", true, false, 0, 3, true),
         prefill("prefill (forced), mma.sync", false, false, 0, 1, true),
@@ -33,6 +33,9 @@ void add_moe_w4a16_prefill_cases(CaseList& out) {
         prefill("prefill (forced), block_m 64", true, false, 64, 1, true),
         prefill("prefill (forced), block_m 128, workspace for 2 M", true, false, 128, 2, true),
     };
+    // the quick set (gpu-check's default): wgmma with the layer's block_m, mma.sync and block_m 128;
+    // KILN_TEST_OPS_ALL=1 runs every one
+    for (size_t i : {1, 3, 4}) device[i].quick = false;
     moe_test::add_layer_cases(out, "moe_w4a16_prefill", moe_test::device_problems(), device);
     moe_test::add_layer_cases(out, "moe_w4a16_prefill", moe_test::shared_prefill_problems(),
                               {prefill("prefill (forced)", true, false, 0, 1, false)});
