@@ -3,22 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <span>
-#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <time.h>
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
 #include "jit/family_dequant_gemv.hpp"
@@ -30,29 +22,18 @@
 #include "jit/moe_w4a16_host.hpp"
 #include "jit/moe_w4a16_weights.hpp"
 #include "runtime/bf16.hpp"
+#include "runtime/cpu_time.hpp"
 #include "runtime/error.hpp"
 #include "runtime/host_executor.hpp"
+#include "runtime/temp_dir.hpp"
 
 namespace kiln::jit {
 
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using runtime::DType;
 using runtime::TensorView;
-
-struct BenchOptions {
-    double min_seconds = 0.3;  // per measurement
-    std::string cache_dir;     // "" = a fresh temporary directory (cold compiles are really cold)
-    bool json = false;
-};
-
-double process_cpu_ms() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
-}
 
 // Medians over at least 3 runs and about `min_seconds`: wall-clock milliseconds, and CPU
 // milliseconds of the whole process (for single-threaded work: its cost, however busy the machine).
@@ -65,11 +46,11 @@ Timing measure(const std::function<void()>& fn, double min_seconds) {
     auto start = Clock::now();
     while (wall.size() < 3 ||
            (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds && wall.size() < 2000)) {
-        const double c0 = process_cpu_ms();
+        const double c0 = process_cpu_seconds() * 1e3;
         auto t0 = Clock::now();
         fn();
         wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        cpu.push_back(process_cpu_ms() - c0);
+        cpu.push_back(process_cpu_seconds() * 1e3 - c0);
     }
     auto median = [](std::vector<double>& v) {
         std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -92,19 +73,6 @@ struct DirectRunner {
         ctx.scratch_bytes = k.host_scratch_bytes;
         k.host_entry(&ctx, args);
         if (status != 0) throw Error(fmt::format("kiln bench host: kernel {} refused to run ({})", to_string(k.desc), status));
-    }
-};
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "kiln-bench-host-XXXXXX").string();
-        if (mkdtemp(tmpl.data()) == nullptr) throw IoError("kiln bench host: cannot create a temporary directory");
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
     }
 };
 
@@ -208,25 +176,12 @@ struct HostMoeLayer {
     }
 };
 
-struct CompileRow {
-    std::string kernel;
-    HostCompileStats cold, warm;
-    double cold_cpu_ms = 0;
-};
+}  // namespace
 
-struct SpeedRow {
-    std::string kernel, shape;
-    double reference_ms = 0;   // CPU ms, one thread
-    double plain_ms = -1;      // CPU ms, one thread (-1: none)
-    double jit_ms = 0;         // CPU ms, one thread, the kernel called directly
-    double launch_ms = 0;      // wall ms: launch on a host stream with the whole pool + synchronize
-    double bytes = 0;          // bytes the kernel must touch, for GB/s
-};
-
-void run(const BenchOptions& o) {
-    TempDir tmp;
+HostBenchResult run_host_bench(const HostBenchOptions& o) {
+    TempDir tmp("kiln-bench-host");
     cache::StoreOptions so;
-    so.cache_dir = o.cache_dir.empty() ? (tmp.path / "cache").string() : o.cache_dir;
+    so.cache_dir = o.cache_dir.empty() ? (tmp.path() / "cache").string() : o.cache_dir;
     cache::Store store(so);
 
     const Target host = Target::host_target();
@@ -244,16 +199,16 @@ void run(const BenchOptions& o) {
     for (const auto& d : HostMoeLayer::descriptors(moe_layer.gu, moe_layer.dn, host)) kernels.push_back(d);
 
     // 1. Cold compiles, then warm loads by a second loader on the same store.
-    std::vector<CompileRow> compile_rows;
+    std::vector<HostBenchCompile> compile_rows;
     const uint64_t clang_before = HostCompiler::clang_invocations();
     std::string target_name;
     {
         HostKernelLoader cold({&store});
         target_name = cold.compiler().target().name();
         for (const auto& d : kernels) {
-            const double c0 = process_cpu_ms();
+            const double c0 = process_cpu_seconds() * 1e3;
             const LoadedKernel& k = cold.get(d);
-            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}, process_cpu_ms() - c0});
+            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}, process_cpu_seconds() * 1e3 - c0});
         }
     }
     const uint64_t clang_cold = HostCompiler::clang_invocations() - clang_before;
@@ -264,7 +219,7 @@ void run(const BenchOptions& o) {
     // 2. Speed against the references.
     runtime::HostStream stream;  // the process pool (KILN_HOST_THREADS)
     DirectRunner direct;
-    std::vector<SpeedRow> speed;
+    std::vector<HostBenchSpeed> speed;
 
     {
         const KernelDescriptor& d = kernels[0];
@@ -283,7 +238,7 @@ void run(const BenchOptions& o) {
             a.tokens_per_expert = TensorView::contiguous(counts.data(), DType::i32, {d.experts});
             a.total_padded = TensorView::contiguous(total.data(), DType::i32, {1});
             const MoeRoutingHostArgs packed = pack_moe_routing(k, a);
-            SpeedRow r;
+            HostBenchSpeed r;
             r.kernel = fmt::format("moe_routing e={} topk={} bm={}", d.experts, d.topk, d.config.block_m);
             r.shape = fmt::format("tokens={}", tokens);
             r.reference_ms = measure([&] {
@@ -316,7 +271,7 @@ void run(const BenchOptions& o) {
         a.weight_scale = TensorView::contiguous(scale.data(), DType::bf16, {n, kk / 32});
         a.y = TensorView::contiguous(y.data(), DType::bf16, {m, n});
         const DequantGemvHostArgs hargs = pack_dequant_gemv(k, a);
-        SpeedRow r;
+        HostBenchSpeed r;
         r.kernel = fmt::format("dequant_gemv n={} k={}", n, kk);
         r.shape = fmt::format("m={}", m);
         std::vector<double> ref;
@@ -356,7 +311,7 @@ void run(const BenchOptions& o) {
                 wts[size_t(t) * K + 1] = wd(rng);
             }
             std::vector<float> ref(out.size());
-            SpeedRow r;
+            HostBenchSpeed r;
             r.kernel = fmt::format("moe_w4a16 mxfp4 H={} I={} {}x{}", H, HostMoeLayer::k_inter, E, K);
             r.shape = fmt::format("tokens={}", tokens);
             r.reference_ms = measure([&] { L.plain(x, ids, wts, tokens, ref); }, o.min_seconds).cpu_ms;
@@ -386,79 +341,15 @@ void run(const BenchOptions& o) {
         }
     }
 
-    const unsigned threads = stream.pool().threads();
-    if (o.json) {
-        nlohmann::json j;
-        j["target"] = target_name;
-        j["llvm"] = HostCompiler::llvm_version();
-        j["threads"] = threads;
-        j["clang_invocations_cold"] = clang_cold;
-        j["clang_invocations_warm"] = clang_warm;
-        for (const auto& c : compile_rows)
-            j["compile"].push_back({{"kernel", c.kernel},
-                                    {"clang_ms", c.cold.frontend_ms},
-                                    {"o3_ms", c.cold.optimize_ms},
-                                    {"codegen_ms", c.cold.codegen_ms},
-                                    {"cold_total_ms", c.cold.total_ms},
-                                    {"cold_cpu_ms", c.cold_cpu_ms},
-                                    {"object_bytes", c.cold.object_bytes},
-                                    {"warm_load_ms", c.warm.load_ms},
-                                    {"warm_total_ms", c.warm.total_ms},
-                                    {"warm_from_cache", c.warm.cache_hit}});
-        for (const auto& r : speed)
-            j["speed"].push_back({{"kernel", r.kernel},
-                                  {"shape", r.shape},
-                                  {"reference_cpu_ms", r.reference_ms},
-                                  {"plain_fp32_cpu_ms", r.plain_ms},
-                                  {"jit_cpu_ms", r.jit_ms},
-                                  {"launch_wall_ms", r.launch_ms},
-                                  {"speedup_vs_reference_1_thread", r.reference_ms / r.jit_ms},
-                                  {"speedup_vs_plain_fp32_1_thread", r.plain_ms > 0 ? r.plain_ms / r.jit_ms : 0.0},
-                                  {"speedup_vs_reference_pool", r.reference_ms / r.launch_ms},
-                                  {"jit_gb_per_s_1_thread", r.bytes / (r.jit_ms * 1e6)}});
-        fmt::print("{}\n", j.dump(2));
-        return;
-    }
-
-    fmt::print("kiln bench host: target {}, LLVM {}, pool of {} threads (KILN_HOST_THREADS)\n\n", target_name,
-               HostCompiler::llvm_version(), threads);
-    fmt::print("Cold compile into a fresh cache ({} clang runs) and warm load from SQLite by a new loader ({} clang runs)\n",
-               clang_cold, clang_warm);
-    fmt::print("{:<50} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7} {:>8}\n", "kernel", "clang", "O3", "codegen", "total",
-               "cpu", "obj KiB", "warm");
-    for (const auto& c : compile_rows)
-        fmt::print("{:<50} {:>7.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.3f}\n", c.kernel.substr(0, 50),
-                   c.cold.frontend_ms, c.cold.optimize_ms, c.cold.codegen_ms, c.cold.total_ms, c.cold_cpu_ms,
-                   c.cold.object_bytes / 1024.0, c.warm.load_ms);
-    fmt::print("(milliseconds; clang/O3/codegen/total/warm are wall time, cpu is process CPU time of the cold compile)\n\n");
-    fmt::print("Speed: milliseconds per call (median). reference = the family's reference implementation, plain = a "
-               "scalar fp32 loop compiled into kiln (moe_w4a16: its reference\nis that plain loop over "
-               "weights dequantised to fp32 at load),\nJIT = the host kernel called directly (moe_w4a16: the host layer on a one-thread stream); all three on one thread, "
-               "in process CPU time. launch = host stream launch + synchronize on the pool, wall time.\n");
-    fmt::print("{:<32} {:<11} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7}\n", "kernel", "shape", "reference",
-               "plain", "JIT", "launch", "xref 1t", "xplain", "xref", "GB/s 1t");
-    for (const auto& r : speed)
-        fmt::print("{:<32} {:<11} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>8.1f} {:>8} {:>8.1f} {:>7.2f}\n", r.kernel,
-                   r.shape, r.reference_ms, r.plain_ms < 0 ? std::string("-") : fmt::format("{:.3f}", r.plain_ms),
-                   r.jit_ms, r.launch_ms, r.reference_ms / r.jit_ms,
-                   r.plain_ms < 0 ? std::string("-") : fmt::format("{:.1f}", r.plain_ms / r.jit_ms),
-                   r.reference_ms / r.launch_ms, r.bytes / (r.jit_ms * 1e6));
-}
-
-}  // namespace
-
-void add_host_bench(CLI::App& bench) {
-    auto o = std::make_shared<BenchOptions>();
-    CLI::App* c = bench.add_subcommand(
-        "host", "Host target: cold compile and warm load per kernel, JIT kernels against the reference implementations");
-    c->add_option("--min-time", o->min_seconds, "Seconds per measurement (median of the runs)")
-        ->envname("KILN_BENCH_HOST_MIN_TIME")
-        ->check(CLI::Range(0.0, 60.0));
-    c->add_option("--dir", o->cache_dir,
-                  "Kernel cache directory to compile into (default: a fresh temporary one, removed afterwards)")
-        ->envname("KILN_BENCH_HOST_DIR");
-    c->add_flag("--json", o->json, "Machine-readable output")->envname("KILN_JSON");
-    c->callback([o] { run(*o); });
+    HostBenchResult out;
+    out.target = target_name;
+    out.llvm = HostCompiler::llvm_version();
+    out.threads = stream.pool().threads();
+    out.clang_invocations_cold = clang_cold;
+    out.clang_invocations_warm = clang_warm;
+    out.compile = std::move(compile_rows);
+    out.speed = std::move(speed);
+    return out;
 }
 
 }  // namespace kiln::jit

@@ -1,5 +1,4 @@
-#include "model/model_cli.hpp"
-
+// `kiln make-model`: a random-weight checkpoint (real K3 layout) from a preset.
 #include <cstdio>
 #include <string>
 
@@ -8,13 +7,13 @@
 
 #include "model/make_model.hpp"
 #include "model/preset.hpp"
-#include "model/safetensors.hpp"
-#include "model/tensor_names.hpp"
-#include "runtime/atomic_file.hpp"
 #include "runtime/env.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/commands.hpp"
 
-namespace kiln::model {
+namespace kiln::cli {
+
+using namespace kiln::model;
 
 namespace {
 
@@ -37,10 +36,7 @@ void run_make_model(const MakeModelArgs& a) {
         validate_config(c);
     }
     if (a.config_only) {
-        std::filesystem::create_directories(a.out);
-        if (!a.force && std::filesystem::exists(std::filesystem::path(a.out) / "config.json"))
-            throw InvalidArgument(fmt::format("{}: already holds a config.json; pass --force to replace it", a.out));
-        write_file_atomic(std::filesystem::path(a.out) / "config.json", to_json(c).dump(2) + "\n");
+        write_model_config(c, a.out, a.force);
         fmt::print("wrote {}/config.json ({} preset, {:.2f} GiB of weights described)\n", a.out, a.preset,
                    double(expected_bytes(c)) / (1ull << 30));
         return;
@@ -58,7 +54,7 @@ void run_make_model(const MakeModelArgs& a) {
 
 }  // namespace
 
-void add_model_commands(CLI::App& app) {
+void add_make_model_command(CLI::App& app) {
     auto args = std::make_shared<MakeModelArgs>();
     std::string names;
     for (const auto& p : presets()) names += fmt::format("\n  {:<13} {}", p.name, p.summary);
@@ -81,4 +77,4 @@ void add_model_commands(CLI::App& app) {
     mm->callback([args] { run_make_model(*args); });
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::cli

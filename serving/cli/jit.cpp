@@ -1,12 +1,16 @@
-#include "jit/jit_cli.hpp"
-
+// `kiln jit families` and `kiln jit compile`.
+//
+//   kiln jit families [--json]
+//   kiln jit compile --family F [--arch A] [--mode MODE] [--m M --n N --k K --experts E --topk T]
+//                    [--block-m BM] [--warps W] [--descriptor TEXT] [store flags] [--json]
+//       compiles one descriptor into the user kernel cache (no GPU needed; --arch defaults to the
+//       device's target) and prints its content key; when it is already cached, says "cache hit".
 #include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cache/cache_cli.hpp"
 #include "cache/store.hpp"
 #include "jit/dispatcher.hpp"
 #include "jit/family.hpp"
@@ -14,14 +18,19 @@
 #include "runtime/device.hpp"
 #include "runtime/exec_target.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
+#include "serving/cli/store_flags.hpp"
 
-namespace kiln::jit {
+namespace kiln::cli {
+
+using namespace kiln::jit;
 
 namespace {
 
 struct CompileOptions {
     std::string family, mode, arch, descriptor;
-    cache::StoreFlags store;
+    StoreFlags store;
     int m = 0, n = 0, k = 0, experts = 0, topk = 0, block_m = 0, warps = 0;
     bool json = false;
 };
@@ -115,13 +124,13 @@ void run_compile(const CompileOptions& o) {
 
 }  // namespace
 
-void add_jit_commands(CLI::App& app) {
+void add_jit_command(CLI::App& app) {
     CLI::App* jit = app.add_subcommand("jit", "JIT kernel families and compiles");
     jit->require_subcommand(1);
 
     auto json_fam = std::make_shared<bool>(false);
     CLI::App* fam = jit->add_subcommand("families", "List the registered kernel families");
-    fam->add_flag("--json", *json_fam, "JSON output")->envname("KILN_JSON");
+    add_json_flag(*fam, *json_fam, "JSON output");
     fam->callback([json_fam] { run_families(*json_fam); });
 
     auto o = std::make_shared<CompileOptions>();
@@ -140,9 +149,9 @@ void add_jit_commands(CLI::App& app) {
     c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")->envname("KILN_JIT_WARPS");
     c->add_option("--descriptor", o->descriptor, "A full descriptor in canonical text form (overrides the above)")
         ->envname("KILN_JIT_DESCRIPTOR");
-    cache::add_store_flags(*c, o->store);
-    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JSON");
+    add_store_flags(*c, o->store);
+    add_json_flag(*c, o->json, "JSON output");
     c->callback([o] { run_compile(*o); });
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::cli
