@@ -1,6 +1,11 @@
 #include "serving/cli/app.hpp"
 
+#include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "kiln_config.h"
 #include "runtime/exec_target.hpp"
@@ -30,13 +35,41 @@ void add_commands(CLI::App& app) {
 #endif
 }
 
+namespace {
+
+// CLI11 says only "A subcommand is required": name the command and what it takes, and the word that
+// was not one of them.
+std::string missing_subcommand(const CLI::App& app) {
+    const CLI::App* at = &app;
+    std::string path = "kiln";
+    for (std::vector<const CLI::App*> chosen; !(chosen = at->get_subcommands([](const CLI::App* a) {
+                                                      return a->parsed();
+                                                  })).empty();) {
+        at = chosen.front();
+        path += " " + at->get_name();
+    }
+    std::string names;
+    for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::string msg = fmt::format("{} needs a command: {}", path, names);
+    const std::vector<std::string> rest = app.remaining();
+    if (!rest.empty()) msg += fmt::format(" ('{}' is not one)", rest.front());
+    return msg;
+}
+
+}  // namespace
+
 int run(int argc, char** argv) {
     CLI::App app{"kiln: a serving runtime for Kimi K3-architecture models with JIT-compiled kernels"};
     add_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        const std::string what = e.what();
+        std::fputs(error_line(what.rfind("A subcommand is required", 0) == 0 ? missing_subcommand(app) : what).c_str(),
+                   stderr);
+        return 1;
     } catch (const std::exception& e) {
         return report_error(e);
     }

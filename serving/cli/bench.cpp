@@ -27,7 +27,6 @@
 #include "kiln_config.h"
 #include "model/reference/loaded_model.hpp"
 #include "model/reference/reference_bench.hpp"
-#include "runtime/env.hpp"
 #include "runtime/error.hpp"
 #include "serving/cli/commands.hpp"
 #include "serving/cli/flags.hpp"
@@ -94,10 +93,12 @@ void add_reference_bench(CLI::App& bench) {
     add_reference_source_options(*cmd, a->source);
     cmd->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for the prefill measurement")
         ->envname("KILN_BENCH_PROMPT_TOKENS")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range<size_t>(1, 1 << 20));
     cmd->add_option("--decode-tokens", a->decode_tokens, "tokens decoded one per call")
         ->envname("KILN_BENCH_DECODE_TOKENS")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range<size_t>(0, 1 << 20));
     add_json_flag(*cmd, a->json, "print JSON");
     cmd->callback([a] { run_reference(*a); });
 }
@@ -110,7 +111,9 @@ void add_tokenizer_bench(CLI::App& bench) {
     auto src = std::make_shared<model::reference::ModelSource>();
     auto mb = std::make_shared<double>(4.0);
     add_tokenizer_source_options(*cmd, *src);
-    cmd->add_option("--mb", *mb, "megabytes of text to encode (default 4)")->envname("KILN_BENCH_MB");
+    cmd->add_option("--mb", *mb, "megabytes of text to encode (default 4)")
+        ->envname("KILN_BENCH_MB")
+        ->transform(in_range(0.0, 4096.0));
     cmd->callback([src, mb] {
         if (!(*mb > 0) || *mb > 4096) throw InvalidArgument("--mb must be in (0, 4096]");
         const model::Tokenizer tok = open_tokenizer(*src, true);
@@ -139,7 +142,7 @@ struct CacheArgs {
 void run_cache(const CacheArgs& args) {
     cache::CacheBenchOptions o;
     o.sizes.clear();
-    for (const auto& s : cache::split_path_list(args.sizes)) o.sizes.push_back(env::parse_size(s));
+    for (const auto& s : cache::split_path_list(args.sizes)) o.sizes.push_back(parse_size_flag("--sizes", s));
     if (o.sizes.empty()) throw InvalidArgument("--sizes: give at least one size");
     if (args.iterations < 1) throw InvalidArgument("--iterations must be at least 1");
     o.iterations = args.iterations;
@@ -174,8 +177,10 @@ void add_cache_bench(CLI::App& bench) {
     auto args = std::make_shared<CacheArgs>();
     CLI::App* c = bench.add_subcommand("cache", "Warm kernel load from the SQLite user cache and a prebuilt cache");
     c->add_option("--sizes", args->sizes, "Blob sizes, comma separated")->capture_default_str()->envname("KILN_BENCH_CACHE_SIZES");
-    c->add_option("--iterations", args->iterations, "Loads timed per size and layer")->capture_default_str()
-        ->envname("KILN_BENCH_CACHE_ITERATIONS");
+    c->add_option("--iterations", args->iterations, "Loads timed per size and layer")
+        ->capture_default_str()
+        ->envname("KILN_BENCH_CACHE_ITERATIONS")
+        ->transform(in_range(1, 10'000'000));
     c->add_option("--dir", args->dir, "Scratch directory (default: a temporary one, removed afterwards)")
         ->envname("KILN_BENCH_CACHE_DIR");
     add_json_flag(*c, args->json, "Machine-readable output");
@@ -239,8 +244,11 @@ void add_jit_bench(CLI::App& bench) {
     auto a = std::make_shared<JitArgs>();
     CLI::App* c = bench.add_subcommand("jit", "JIT compile, cache load and dispatch overhead");
     c->add_option("--iters", a->options.iters, "Launches per path in the dispatch benchmark")
-        ->envname("KILN_BENCH_JIT_ITERS");
-    c->add_option("--reps", a->options.reps, "Repetitions of the warm-load measurement")->envname("KILN_BENCH_JIT_REPS");
+        ->envname("KILN_BENCH_JIT_ITERS")
+        ->transform(in_range(1, 100'000'000));
+    c->add_option("--reps", a->options.reps, "Repetitions of the warm-load measurement")
+        ->envname("KILN_BENCH_JIT_REPS")
+        ->transform(in_range(1, 10'000));
     add_json_flag(*c, a->json, "JSON output");
     c->callback([a] { run_jit(*a); });
 }
@@ -318,7 +326,7 @@ void add_host_bench(CLI::App& bench) {
         "host", "Host target: cold compile and warm load per kernel, JIT kernels against the reference implementations");
     c->add_option("--min-time", a->options.min_seconds, "Seconds per measurement (median of the runs)")
         ->envname("KILN_BENCH_HOST_MIN_TIME")
-        ->check(CLI::Range(0.0, 60.0));
+        ->transform(in_range(0.0, 60.0));
     c->add_option("--dir", a->options.cache_dir,
                   "Kernel cache directory to compile into (default: a fresh temporary one, removed afterwards)")
         ->envname("KILN_BENCH_HOST_DIR");

@@ -9,7 +9,6 @@
 #include "cache/prebuilt_layer.hpp"
 #include "cache/signing.hpp"
 #include "cache/store.hpp"
-#include "runtime/env.hpp"
 #include "runtime/error.hpp"
 #include "serving/cli/commands.hpp"
 #include "serving/cli/flags.hpp"
@@ -175,8 +174,9 @@ void cmd_verify(CliState& st) {
 
 void cmd_prune(CliState& st) {
     StoreOptions o = st.flags.options();
+    const uint64_t given = st.prune_size.empty() ? 0 : parse_size_flag("--max-size", st.prune_size);
     Store store(o);
-    uint64_t cap = st.prune_size.empty() ? store.stats().max_bytes : env::parse_size(st.prune_size);
+    uint64_t cap = st.prune_size.empty() ? store.stats().max_bytes : given;
     uint64_t before = store.stats().layers.back().bytes;
     uint64_t freed = store.prune(cap);
     if (st.json) {

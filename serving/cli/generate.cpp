@@ -6,7 +6,9 @@
 //       come, a one-line summary (tokens, tokens/s) goes to stderr. Without a model, k3-tiny is built in
 //       memory (random weights from the fixed make-model seed). The prompt is tokenized as plain text.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +21,7 @@
 #include "model/reference/loaded_model.hpp"
 #include "runtime/error.hpp"
 #include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
 #include "serving/cli/model_source.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/stream_decoder.hpp"
@@ -133,14 +136,20 @@ void add_generate_command(CLI::App& app) {
     add_reference_source_options(*cmd, a->source);
     cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")
         ->envname("KILN_GENERATE_MAX_TOKENS")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range<size_t>(1, std::numeric_limits<int32_t>::max()));
     cmd->add_option("--temperature", a->temperature, "0 = greedy; > 0 samples")
         ->envname("KILN_GENERATE_TEMPERATURE")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range(0.0f, 100.0f));
     cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")
         ->envname("KILN_GENERATE_TOP_P")
-        ->capture_default_str();
-    cmd->add_option("--seed", a->seed, "sampling seed")->envname("KILN_GENERATE_SEED")->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range(0.0f, 1.0f));
+    cmd->add_option("--seed", a->seed, "sampling seed")
+        ->envname("KILN_GENERATE_SEED")
+        ->capture_default_str()
+        ->transform(in_range<uint64_t>(0, std::numeric_limits<uint64_t>::max()));
     cmd->add_option("--ids", a->ids, "prompt as token ids (comma or space separated) instead of text")
         ->envname("KILN_GENERATE_IDS");
     cmd->add_flag("--print-ids", a->print_ids, "print generated token ids instead of text")

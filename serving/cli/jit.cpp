@@ -5,6 +5,8 @@
 //                    [--block-m BM] [--warps W] [--descriptor TEXT] [store flags] [--json]
 //       compiles one descriptor into the user kernel cache (no GPU needed; --arch defaults to the
 //       device's target) and prints its content key; when it is already cached, says "cache hit".
+#include <cstdint>
+#include <limits>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -140,13 +142,20 @@ void add_jit_command(CLI::App& app) {
                   "Target, e.g. sm_90a, or host (default: KILN_TARGET; auto = the device's, else host)")
         ->envname("KILN_JIT_ARCH");
     c->add_option("--mode", o->mode, "Family mode (default: the family's first)")->envname("KILN_JIT_MODE");
-    c->add_option("--m", o->m, "M-bucket")->envname("KILN_JIT_M");
-    c->add_option("--n", o->n, "N")->envname("KILN_JIT_N");
-    c->add_option("--k", o->k, "K")->envname("KILN_JIT_K");
-    c->add_option("--experts", o->experts, "Expert count")->envname("KILN_JIT_EXPERTS");
-    c->add_option("--topk", o->topk, "Experts per token")->envname("KILN_JIT_TOPK");
-    c->add_option("--block-m", o->block_m, "Config: block_m (0 = family default)")->envname("KILN_JIT_BLOCK_M");
-    c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")->envname("KILN_JIT_WARPS");
+    // Descriptor fields are int32; config fields as narrow as the descriptor stores them (a CTA has at
+    // most 32 warps).
+    const int dim_max = std::numeric_limits<int32_t>::max();
+    c->add_option("--m", o->m, "M-bucket")->envname("KILN_JIT_M")->transform(in_range(0, dim_max));
+    c->add_option("--n", o->n, "N")->envname("KILN_JIT_N")->transform(in_range(0, dim_max));
+    c->add_option("--k", o->k, "K")->envname("KILN_JIT_K")->transform(in_range(0, dim_max));
+    c->add_option("--experts", o->experts, "Expert count")->envname("KILN_JIT_EXPERTS")->transform(in_range(0, dim_max));
+    c->add_option("--topk", o->topk, "Experts per token")->envname("KILN_JIT_TOPK")->transform(in_range(0, dim_max));
+    c->add_option("--block-m", o->block_m, "Config: block_m (0 = family default)")
+        ->envname("KILN_JIT_BLOCK_M")
+        ->transform(in_range(0, int(std::numeric_limits<uint16_t>::max())));
+    c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")
+        ->envname("KILN_JIT_WARPS")
+        ->transform(in_range(0, 32));
     c->add_option("--descriptor", o->descriptor, "A full descriptor in canonical text form (overrides the above)")
         ->envname("KILN_JIT_DESCRIPTOR");
     add_store_flags(*c, o->store);

@@ -1,5 +1,6 @@
 // `kiln make-model`: a random-weight checkpoint (real K3 layout) from a preset.
-#include <cstdio>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -7,9 +8,9 @@
 
 #include "model/make_model.hpp"
 #include "model/preset.hpp"
-#include "runtime/env.hpp"
 #include "runtime/error.hpp"
 #include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
 
 namespace kiln::cli {
 
@@ -43,7 +44,7 @@ void run_make_model(const MakeModelArgs& a) {
     }
     MakeModelOptions opts;
     opts.seed = a.seed;
-    opts.max_shard_bytes = env::parse_size(a.max_shard_size);
+    opts.max_shard_bytes = parse_size_flag("--max-shard-size", a.max_shard_size);
     if (opts.max_shard_bytes == 0) throw InvalidArgument("--max-shard-size: must be positive");
     opts.replace = a.force;
     MakeModelResult r = write_model(c, a.out, opts);
@@ -67,7 +68,8 @@ void add_make_model_command(CLI::App& app) {
         ->envname("KILN_MAKE_MODEL_EXPERT_FORMAT");
     mm->add_option("--seed", args->seed, "random seed; equal seeds give identical files")
         ->envname("KILN_MAKE_MODEL_SEED")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range<uint64_t>(0, std::numeric_limits<uint64_t>::max()));
     mm->add_option("--max-shard-size", args->max_shard_size, "start a new shard before this size (e.g. 64MiB, 5G)")
         ->envname("KILN_MAKE_MODEL_MAX_SHARD_SIZE")
         ->capture_default_str();

@@ -1,7 +1,7 @@
 #include "serving/cli/store_flags.hpp"
 
-#include "runtime/env.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/flags.hpp"
 
 namespace kiln::cli {
 
@@ -13,7 +13,7 @@ cache::StoreOptions StoreFlags::options() const {
     for (const auto& item : trusted_keys)
         for (auto& p : cache::split_path_list(item)) o.trusted_keys.push_back(p);
     if (!max_size.empty()) {
-        o.max_bytes = env::parse_size(max_size);
+        o.max_bytes = parse_size_flag("--cache-max-size", max_size);
         if (o.max_bytes == 0) throw InvalidArgument("--cache-max-size must be larger than 0");
     }
     o.read_only = read_only;
