@@ -227,4 +227,11 @@ MakeModelResult write_model(const ModelConfig& c, const std::filesystem::path& d
     return result;
 }
 
+void write_model_config(const ModelConfig& c, const std::filesystem::path& dir, bool replace) {
+    std::filesystem::create_directories(dir);
+    if (!replace && std::filesystem::exists(dir / "config.json"))
+        throw InvalidArgument(fmt::format("{}: already holds a config.json; pass --force to replace it", dir.string()));
+    write_file_atomic(dir / "config.json", to_json(c).dump(2) + "\n");
+}
+
 }  // namespace kiln::model

@@ -48,6 +48,10 @@ struct MakeModelResult {
 
 MakeModelResult write_model(const ModelConfig& c, const std::filesystem::path& dir, const MakeModelOptions& opts = {});
 
+// Writes DIR/config.json alone (shape studies of presets too large to write). Throws InvalidArgument
+// when DIR already holds a config.json, unless `replace`.
+void write_model_config(const ModelConfig& c, const std::filesystem::path& dir, bool replace);
+
 // The fp32 values make-model draws for one logical tensor, before rounding to its stored dtype or
 // quantising (tests compare a loaded checkpoint against these).
 std::vector<float> random_weights(const ModelConfig& c, const LogicalTensor& t, uint64_t seed = kDefaultModelSeed);

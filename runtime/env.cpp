@@ -59,7 +59,9 @@ uint64_t parse_size(const std::string& text) {
     else if (unit == "g") mult = 1024.0 * 1024 * 1024;
     else if (unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
     else throw InvalidArgument(fmt::format("'{}' is not a size: unknown unit '{}'", text, end));
-    return static_cast<uint64_t>(std::llround(x * mult));
+    const double bytes = x * mult;
+    if (bytes >= 0x1p63) throw InvalidArgument(fmt::format("'{}' is too large a size (at most 8 EiB)", text));
+    return static_cast<uint64_t>(std::llround(bytes));
 }
 
 }  // namespace kiln::env

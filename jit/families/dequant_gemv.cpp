@@ -95,11 +95,10 @@ static void expect_aligned(const runtime::TensorView& t, const char* what) {
         throw InvalidArgument(fmt::format("dequant_gemv {}: data must be 16-byte aligned", what));
 }
 
-void launch_dequant_gemv(const LoadedKernel& k, runtime::Stream& stream, const DequantGemvArgs& a) {
+kiln_params::DequantGemvParams dequant_gemv_params(const LoadedKernel& k, const DequantGemvArgs& a, Location where) {
     const KernelDescriptor& d = k.desc;
     if (d.family.view() != DequantGemvFamily::k_name)
         throw InvalidArgument(fmt::format("launch_dequant_gemv: kernel is {}", k.name));
-    const Location where = stream.backend().location();
     runtime::expect_tensor(a.x, "dequant_gemv x", DType::bf16, 2, where);
     runtime::expect_shape(a.x, "dequant_gemv x", {-1, d.k});
     runtime::expect_tensor(a.weight_packed, "dequant_gemv weight_packed", DType::i32, 2, where);
@@ -122,6 +121,12 @@ void launch_dequant_gemv(const LoadedKernel& k, runtime::Stream& stream, const D
     p.weight_scale = a.weight_scale.ptr<const uint16_t>();
     p.y = a.y.ptr<uint16_t>();
     p.m = static_cast<int32_t>(m);
+    return p;
+}
+
+void launch_dequant_gemv(const LoadedKernel& k, runtime::Stream& stream, const DequantGemvArgs& a) {
+    const kiln_params::DequantGemvParams p = dequant_gemv_params(k, a, stream.backend().location());
+    const KernelDescriptor& d = k.desc;
     runtime::LaunchDims dims;
     const uint32_t warps = d.config.as<DequantGemvConfig>().warps;
     if (warps > 0) {

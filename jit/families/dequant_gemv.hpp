@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/dequant_gemv_params.h"
 #include "jit/family.hpp"
 #include "jit/loaded_kernel.hpp"
 #include "runtime/backend.hpp"
@@ -48,8 +49,9 @@ struct DequantGemvArgs {
     runtime::TensorView y;             // bf16 [m, N]
 };
 
-// Checks every view against the kernel and the stream's memory (InvalidArgument; nothing is enqueued then),
-// then launches on `stream`, device or host.
+// Checks every view against the kernel and `where` (InvalidArgument) and fills the parameters.
+kiln_params::DequantGemvParams dequant_gemv_params(const LoadedKernel& k, const DequantGemvArgs& a, runtime::Location where);
+// dequant_gemv_params for the stream's memory (nothing is enqueued when it throws), then the launch.
 void launch_dequant_gemv(const LoadedKernel& k, runtime::Stream& stream, const DequantGemvArgs& a);
 
 // fp64 reference: y[m * N + n]. x and scales are bf16 bit patterns.

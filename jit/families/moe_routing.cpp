@@ -107,11 +107,10 @@ int64_t moe_routing_capacity(int64_t tokens, int topk, int experts, int block_m)
     return (rows + block_m - 1) / block_m * block_m;
 }
 
-void launch_moe_routing(const LoadedKernel& k, runtime::Stream& stream, const MoeRoutingArgs& a) {
+kiln_params::MoeRoutingParams moe_routing_params(const LoadedKernel& k, const MoeRoutingArgs& a, Location where) {
     const KernelDescriptor& d = k.desc;
     if (d.family.view() != MoeRoutingFamily::k_name)
         throw InvalidArgument(fmt::format("launch_moe_routing: kernel is {}", k.name));
-    const Location where = stream.backend().location();
     runtime::expect_tensor(a.topk_ids, "moe_routing topk_ids", DType::i32, 2, where);
     runtime::expect_shape(a.topk_ids, "moe_routing topk_ids", {-1, d.topk});
     runtime::expect_tensor(a.sorted_ids, "moe_routing sorted_ids", DType::i32, 1, where);
@@ -140,8 +139,13 @@ void launch_moe_routing(const LoadedKernel& k, runtime::Stream& stream, const Mo
     p.num_tokens = static_cast<int32_t>(tokens);
     p.sorted_capacity = static_cast<int32_t>(std::min<int64_t>(a.sorted_ids.shape[0], INT32_MAX));
     p.max_blocks = static_cast<int32_t>(std::min<int64_t>(a.block_expert.shape[0], INT32_MAX));
+    return p;
+}
+
+void launch_moe_routing(const LoadedKernel& k, runtime::Stream& stream, const MoeRoutingArgs& a) {
+    const kiln_params::MoeRoutingParams p = moe_routing_params(k, a, stream.backend().location());
     runtime::LaunchDims dims;
-    dims.block = {static_cast<uint32_t>(c.warps) * 32u, 1, 1};
+    dims.block = {static_cast<uint32_t>(k.desc.config.as<MoeRoutingConfig>().warps) * 32u, 1, 1};
     dims.smem = k.dynamic_smem;
     stream.launch(k.handle, dims, p);
 }

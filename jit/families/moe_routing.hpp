@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/moe_routing_params.h"
 #include "jit/family.hpp"
 #include "jit/loaded_kernel.hpp"
 #include "runtime/backend.hpp"
@@ -58,8 +59,9 @@ struct MoeRoutingArgs {
     runtime::TensorView total_padded;       // i32 [1]
 };
 
-// Checks every view against the kernel's descriptor and the stream's memory (InvalidArgument; nothing is
-// enqueued then), then launches on `stream`, device or host.
+// Checks every view against the kernel's descriptor and `where` (InvalidArgument) and fills the parameters.
+kiln_params::MoeRoutingParams moe_routing_params(const LoadedKernel& k, const MoeRoutingArgs& a, runtime::Location where);
+// moe_routing_params for the stream's memory (nothing is enqueued when it throws), then the launch, device or host.
 void launch_moe_routing(const LoadedKernel& k, runtime::Stream& stream, const MoeRoutingArgs& a);
 
 // CPU reference with the same outputs (stable order, same sentinel and -1 fill).

@@ -2,8 +2,6 @@
 // blobs. Artifacts go into stores through the real Store::put.
 #pragma once
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,24 +11,13 @@
 
 #include "cache/content_key.hpp"
 #include "cache/store.hpp"
+#include "tests/common/sandbox.hpp"
 
 namespace kiln::cache::test {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "kiln-cache-test-XXXXXX").string();
-        if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& sub) const { return (path / sub).string(); }
-};
+using kiln::test::TempDir;
 
 inline std::vector<uint8_t> random_bytes(uint64_t seed, size_t n) {
     std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + 1);

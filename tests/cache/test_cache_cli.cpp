@@ -2,12 +2,11 @@
 // through Store::put.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
 #include "cache_test_util.hpp"
+#include "tests/common/cli_runner.hpp"
 
 using namespace kiln::cache;
 using namespace kiln::cache::test;
@@ -15,44 +14,25 @@ using nlohmann::json;
 
 namespace {
 
-struct Run {
-    int status = -1;
-    std::string out, err;
-};
+using Run = kiln::test::CliResult;
 
+// A user cache filled through Store::put: three cubins and a host object.
 struct Cli {
-    TempDir dir;
-    std::string bin;
+    kiln::test::Sandbox sb{"cache-cli"};
+    const TempDir& dir = sb.dir;
     std::vector<Artifact> arts;
 
     Cli() {
-        const char* b = std::getenv("KILN_TEST_BIN");
-        REQUIRE_MESSAGE(b != nullptr, "KILN_TEST_BIN is not set");
-        bin = b;
-        for (const char* v : {"KILN_CACHE_DIR", "KILN_KERNEL_CACHE", "KILN_TRUSTED_KEYS", "KILN_JSON",
-                              "KILN_CACHE_MAX_SIZE", "KILN_CACHE_READ_ONLY", "KILN_SIGN_KEY"})
-            unsetenv(v);
+        sb.cache_dir = dir.path / "user";
         Store s(options_in(dir));
         for (uint64_t i = 0; i < 3; ++i) arts.push_back(make_artifact(i, 10000 + i * 1000));
         arts.push_back(make_artifact(7, 3000, ArtifactKind::host_object, "routing_prep"));
         for (auto& a : arts) REQUIRE(s.put(a));
     }
 
-    // Runs `kiln ARGS` with KILN_CACHE_DIR pointing at the test's user cache (plus `env`).
+    // Runs `kiln ARGS` on that cache, warnings shown (plus `env`).
     Run run(const std::string& args, const std::string& env = "") const {
-        std::string err_file = dir / "stderr.txt";
-        std::string cmd = "KILN_LOG_LEVEL=warn KILN_CACHE_DIR='" + (dir / "user") + "' " + env + " '" + bin + "' " + args + " 2>'" +
-                          err_file + "'";
-        Run r;
-        FILE* p = ::popen(cmd.c_str(), "r");
-        REQUIRE(p != nullptr);
-        char buf[4096];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-        int st = ::pclose(p);
-        r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        r.err = slurp(err_file);
-        return r;
+        return kiln::test::run_kiln(sb, args, "KILN_LOG_LEVEL=warn " + env);
     }
 };
 
@@ -71,7 +51,7 @@ std::string unique_prefix(const std::vector<Artifact>& arts, size_t i) {
 TEST_CASE("cache ls --json lists every artifact with its descriptor") {
     Cli cli;
     Run r = cli.run("cache ls --json");
-    REQUIRE(r.status == 0);
+    REQUIRE(r.rc == 0);
     json j = json::parse(r.out);
     REQUIRE(j.is_array());
     REQUIRE(j.size() == cli.arts.size());
@@ -94,14 +74,14 @@ TEST_CASE("cache ls --json lists every artifact with its descriptor") {
     }
     // The same through the environment variable.
     Run env = cli.run("cache ls", "KILN_JSON=1");
-    REQUIRE(env.status == 0);
+    REQUIRE(env.rc == 0);
     CHECK(json::parse(env.out).size() == cli.arts.size());
 }
 
 TEST_CASE("cache ls prints a table") {
     Cli cli;
     Run r = cli.run("cache ls");
-    REQUIRE(r.status == 0);
+    REQUIRE(r.rc == 0);
     CHECK(r.out.rfind("KEY", 0) == 0);
     CHECK(r.out.find("FAMILY") != std::string::npos);
     CHECK(r.out.find("routing_prep") != std::string::npos);
@@ -113,12 +93,12 @@ TEST_CASE("cache show accepts a unique key prefix") {
     Cli cli;
     const Artifact& a = cli.arts[2];
     Run r = cli.run("cache show " + unique_prefix(cli.arts, 2));
-    REQUIRE(r.status == 0);
+    REQUIRE(r.rc == 0);
     CHECK(r.out.find(a.info.key.hex()) != std::string::npos);
     CHECK(r.out.find(a.info.kernel_name) != std::string::npos);
     CHECK(r.out.find(a.info.config) != std::string::npos);
     Run j = cli.run("cache show --json " + a.info.key.hex());
-    REQUIRE(j.status == 0);
+    REQUIRE(j.rc == 0);
     json o = json::parse(j.out);
     CHECK(o.at("key") == a.info.key.hex());
     CHECK(o.at("sha256").get<std::string>().size() == 64);
@@ -128,27 +108,27 @@ TEST_CASE("cache show reports a missing or malformed key as a one-line error") {
     Cli cli;
     std::string absent = "0000000000000000";
     Run r = cli.run("cache show " + absent);
-    CHECK(r.status == 1);
+    CHECK(r.rc == 1);
     CHECK(r.err.rfind("kiln: error: ", 0) == 0);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     Run bad = cli.run("cache show not-hex");
-    CHECK(bad.status == 1);
+    CHECK(bad.rc == 1);
     CHECK(bad.err.find("not a cache key") != std::string::npos);
 }
 
 TEST_CASE("cache stats and verify") {
     Cli cli;
     Run s = cli.run("cache stats --json");
-    REQUIRE(s.status == 0);
+    REQUIRE(s.rc == 0);
     json j = json::parse(s.out);
     CHECK(j.at("entries") == 4);
     CHECK(j.at("caching_enabled") == true);
     CHECK(j.at("by_target").size() == 2);
     Run h = cli.run("cache stats");
-    REQUIRE(h.status == 0);
+    REQUIRE(h.rc == 0);
     CHECK(h.out.find("kernels   4") != std::string::npos);
     Run v = cli.run("cache verify");
-    CHECK(v.status == 0);
+    CHECK(v.rc == 0);
     CHECK(v.out.find("checked 4 artifacts: all ok") != std::string::npos);
 }
 
@@ -156,13 +136,13 @@ TEST_CASE("keygen, signed export, serving a prebuilt layer, import, prune, clear
     Cli cli;
     std::string key = cli.dir / "sign.pem", layer = cli.dir / "k3.kcache";
     Run kg = cli.run("cache keygen --out '" + key + "'");
-    REQUIRE(kg.status == 0);
+    REQUIRE(kg.rc == 0);
     CHECK(fs::exists(key));
     CHECK(fs::exists(key + ".pub"));
-    CHECK(cli.run("cache keygen --out '" + key + "'").status == 1);  // never overwrites a key
+    CHECK(cli.run("cache keygen --out '" + key + "'").rc == 1);  // never overwrites a key
 
     Run ex = cli.run("cache export '" + layer + "' --sign-key '" + key + "' --json");
-    REQUIRE(ex.status == 0);
+    REQUIRE(ex.rc == 0);
     json e = json::parse(ex.out);
     CHECK(e.at("entries") == 4);
     CHECK(e.at("signed") == true);
@@ -171,28 +151,28 @@ TEST_CASE("keygen, signed export, serving a prebuilt layer, import, prune, clear
     std::string server_env = "KILN_KERNEL_CACHE='" + layer + "' KILN_TRUSTED_KEYS='" + key + ".pub'";
     std::string empty = "--cache-dir '" + (cli.dir / "server") + "'";
     Run ls = cli.run("cache " + empty + " ls --json", server_env);
-    REQUIRE(ls.status == 0);
+    REQUIRE(ls.rc == 0);
     json items = json::parse(ls.out);
     REQUIRE(items.size() == 4);
     for (auto& o : items) CHECK(o.at("layer") == layer);
     Run st = cli.run("cache " + empty + " stats --json", server_env);
-    REQUIRE(st.status == 0);
+    REQUIRE(st.rc == 0);
     CHECK(json::parse(st.out).at("layers")[0].at("trust") == "trusted");
     CHECK(st.err.empty());  // trusted: no warning
 
     // Without the key the layer is untrusted: a warning, and import takes its cubins only.
     Run imp = cli.run("cache " + empty + " import '" + layer + "'");
-    REQUIRE(imp.status == 0);
+    REQUIRE(imp.rc == 0);
     CHECK(imp.out.find("imported 3 kernels") != std::string::npos);
     CHECK(imp.err.find("warning") != std::string::npos);
 
     Run pr = cli.run("cache " + empty + " prune --max-size 12K --json");
-    REQUIRE(pr.status == 0);
+    REQUIRE(pr.rc == 0);
     CHECK(json::parse(pr.out).at("freed_bytes").get<uint64_t>() > 0);
     CHECK(json::parse(cli.run("cache " + empty + " ls --json").out).size() == 1);
 
     Run cl = cli.run("cache " + empty + " clear", server_env);
-    REQUIRE(cl.status == 0);
+    REQUIRE(cl.rc == 0);
     CHECK(fs::exists(layer));  // prebuilt files are never deleted
     Run after = cli.run("cache " + empty + " ls --json", server_env);
     CHECK(json::parse(after.out).size() == 4);  // the prebuilt layer still serves
@@ -202,8 +182,8 @@ TEST_CASE("keygen, signed export, serving a prebuilt layer, import, prune, clear
 TEST_CASE("a tampered prebuilt layer makes the CLI fail with a clear error") {
     Cli cli;
     std::string layer = cli.dir / "k3.kcache", key = cli.dir / "sign.pem";
-    REQUIRE(cli.run("cache keygen --out '" + key + "'").status == 0);
-    REQUIRE(cli.run("cache export '" + layer + "' --sign-key '" + key + "'").status == 0);
+    REQUIRE(cli.run("cache keygen --out '" + key + "'").rc == 0);
+    REQUIRE(cli.run("cache export '" + layer + "' --sign-key '" + key + "'").rc == 0);
     std::string bytes = slurp(layer);
     // Rename one kernel in place (same length) everywhere it is stored: the manifest signature breaks.
     std::string name = cli.arts[0].info.kernel_name, renamed = name;
@@ -214,7 +194,7 @@ TEST_CASE("a tampered prebuilt layer makes the CLI fail with a clear error") {
     REQUIRE(replaced >= 2);
     spit(layer, bytes);
     Run r = cli.run("cache ls --kernel-cache '" + layer + "'");
-    CHECK(r.status == 1);
+    CHECK(r.rc == 1);
     CHECK(r.err.rfind("kiln: error: ", 0) == 0);
     CHECK(r.err.find(layer) != std::string::npos);
 }

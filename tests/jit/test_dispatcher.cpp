@@ -13,24 +13,14 @@
 #include "jit/kernel_key.hpp"
 #include "runtime/cuda/driver.hpp"
 #include "runtime/error.hpp"
+#include "tests/common/sandbox.hpp"
 
 using namespace kiln::jit;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "kiln-dispatcher-test-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
+using kiln::test::TempDir;
 
 kiln::cache::StoreOptions store_options(const TempDir& d) {
     kiln::cache::StoreOptions o;

@@ -2,54 +2,21 @@
 // `kiln cache ls` with host entries, run as the user runs them.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-namespace fs = std::filesystem;
+#include "tests/common/cli_runner.hpp"
+
+using Run = kiln::test::CliResult;
 
 namespace {
 
-struct Run {
-    int rc = -1;
-    std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-struct Sandbox {
-    fs::path dir;
-    Sandbox() {
-        std::string t = (fs::temp_directory_path() / "kiln-host-cli-test-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        dir = t;
-    }
-    ~Sandbox() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-    // Runs `kiln ARGS` with ENV (shell assignments), no CUDA driver and KILN_CACHE_DIR in the sandbox.
+struct Sandbox : kiln::test::Sandbox {
+    Sandbox() : kiln::test::Sandbox("host-cli") {}
+    // Runs `kiln ARGS` with no CUDA driver (plus ENV).
     Run kiln(const std::string& args, const std::string& env = "") const {
-        const char* bin = std::getenv("KILN_TEST_BIN");
-        REQUIRE(bin != nullptr);
-        fs::path out = dir / "run.out", err = dir / "run.err";
-        std::string cmd = "env -u KILN_TARGET KILN_CUDA_DRIVER=none KILN_CACHE_DIR='" + (dir / "cache").string() +
-                          "' " + env + " '" + bin + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-        Run r;
-        int status = std::system(cmd.c_str());
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        r.out = slurp(out);
-        r.err = slurp(err);
-        return r;
+        return kiln::test::run_kiln(*this, args, "KILN_CUDA_DRIVER=none " + env);
     }
 };
 

@@ -2,54 +2,20 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-namespace fs = std::filesystem;
+#include "tests/common/cli_runner.hpp"
+
+using kiln::test::slurp_file;
+using Run = kiln::test::CliResult;
 
 namespace {
 
-struct Run {
-    int rc = -1;
-    std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-struct Sandbox {
-    fs::path dir;
-    Sandbox() {
-        std::string t = (fs::temp_directory_path() / "kiln-jit-cli-test-XXXXXX").string();
-        REQUIRE(mkdtemp(t.data()) != nullptr);
-        dir = t;
-    }
-    ~Sandbox() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-    // Runs `kiln ARGS` with ENV (shell assignments) and KILN_CACHE_DIR pointing into the sandbox.
-    Run kiln(const std::string& args, const std::string& env = "", const std::string& tag = "run") const {
-        const char* bin = std::getenv("KILN_TEST_BIN");
-        REQUIRE(bin != nullptr);
-        fs::path out = dir / (tag + ".out"), err = dir / (tag + ".err");
-        std::string cmd = "env KILN_CACHE_DIR='" + (dir / "cache").string() + "' " + env + " '" + bin + "' " + args +
-                          " >'" + out.string() + "' 2>'" + err.string() + "'";
-        Run r;
-        int status = std::system(cmd.c_str());
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        r.out = slurp(out);
-        r.err = slurp(err);
-        return r;
-    }
+struct Sandbox : kiln::test::Sandbox {
+    Sandbox() : kiln::test::Sandbox("jit-cli") {}
+    Run kiln(const std::string& args, const std::string& env = "") const { return kiln::test::run_kiln(*this, args, env); }
 };
 
 }  // namespace
@@ -106,15 +72,13 @@ TEST_CASE("kiln jit compile: first run compiles, second is a cache hit with the 
 
 TEST_CASE("two processes compiling the same missing kernel compile it once") {
     Sandbox sb;
-    const char* bin = std::getenv("KILN_TEST_BIN");
-    REQUIRE(bin != nullptr);
-    std::string one = "env KILN_CACHE_DIR='" + (sb.dir / "cache").string() + "' '" + bin +
-                      "' jit compile --json --family dequant_gemv --arch sm_90a --m 2 --n 96 --k 256";
-    std::string cmd = "(" + one + " >'" + (sb.dir / "a.json").string() + "' & " + one + " >'" +
-                      (sb.dir / "b.json").string() + "' & wait)";
+    std::string one =
+        kiln::test::kiln_command(sb, "jit compile --json --family dequant_gemv --arch sm_90a --m 2 --n 96 --k 256");
+    std::string cmd = "(" + one + " >'" + (sb.dir / "a.json") + "' & " + one + " >'" + (sb.dir / "b.json") +
+                      "' & wait)";
     REQUIRE(std::system(cmd.c_str()) == 0);
-    auto a = nlohmann::json::parse(slurp(sb.dir / "a.json"));
-    auto b = nlohmann::json::parse(slurp(sb.dir / "b.json"));
+    auto a = nlohmann::json::parse(slurp_file(sb.dir.path / "a.json"));
+    auto b = nlohmann::json::parse(slurp_file(sb.dir.path / "b.json"));
     CHECK(a["key"] == b["key"]);
     CHECK(a["cache_hit"].get<bool>() != b["cache_hit"].get<bool>());
 }

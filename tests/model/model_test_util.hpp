@@ -8,7 +8,8 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
+
+#include "tests/common/sandbox.hpp"
 
 namespace kiln::model::test {
 
@@ -38,28 +39,15 @@ inline void write_file(const std::filesystem::path& p, const std::string& s) {
     out << s;
 }
 
-// A fresh directory removed at scope exit.
+// A fresh directory removed at scope exit (kiln::test::TempDir, with paths for answers).
 class ScratchDir {
 public:
-    explicit ScratchDir(const std::string& tag) {
-        path_ = std::filesystem::temp_directory_path() /
-                ("kiln-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    const std::filesystem::path& path() const { return path_; }
-    std::filesystem::path operator/(const std::string& s) const { return path_ / s; }
+    explicit ScratchDir(const std::string& tag) : dir_(tag) {}
+    const std::filesystem::path& path() const { return dir_.path; }
+    std::filesystem::path operator/(const std::string& s) const { return dir_.path / s; }
 
 private:
-    static int& counter() {
-        static int c = 0;
-        return c;
-    }
-    std::filesystem::path path_;
+    kiln::test::TempDir dir_;
 };
 
 }  // namespace kiln::model::test

@@ -1,13 +1,13 @@
 // `kiln make-model`: determinism (same seed → identical bytes), seeds matter, and CLI refusals.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "model/checkpoint.hpp"
 #include "model/make_model.hpp"
 #include "model/preset.hpp"
 #include "model_test_util.hpp"
+#include "tests/common/cli_runner.hpp"
 
 using namespace kiln::model;
 using kiln::model::test::read_file;
@@ -15,15 +15,12 @@ using kiln::model::test::ScratchDir;
 
 namespace {
 
-std::string kiln_bin() {
-    const char* b = std::getenv("KILN_TEST_BIN");
-    return b ? b : "kiln";
-}
-
-// Runs a shell command, returning its exit status; output goes to `log`.
-int run(const std::string& cmd, const std::filesystem::path& log) {
-    int rc = std::system((cmd + " >" + log.string() + " 2>&1").c_str());
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+// Runs `kiln ARGS` (plus ENV), returning its exit status; its stdout and stderr go to `log`.
+int run(const std::string& args, const std::filesystem::path& log, const std::string& env = "") {
+    static kiln::test::Sandbox sb("make-model");
+    kiln::test::CliResult r = kiln::test::run_kiln(sb, args, env);
+    kiln::model::test::write_file(log, r.out + r.err);
+    return r.rc;
 }
 
 // Every file of a directory, by name → contents.
@@ -37,10 +34,9 @@ std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
 
 TEST_CASE("make-model: the same seed gives identical bytes, another seed different weights") {
     ScratchDir a("mm"), b("mm"), c("mm"), logs("mm");
-    const std::string bin = kiln_bin();
-    REQUIRE(run(bin + " make-model --preset k3-tiny --out " + a.path().string() + " --max-shard-size 2MiB",
+    REQUIRE(run("make-model --preset k3-tiny --out " + a.path().string() + " --max-shard-size 2MiB",
                 logs / "a.log") == 0);
-    REQUIRE(run(bin + " make-model --preset k3-tiny --out " + b.path().string() + " --max-shard-size 2MiB",
+    REQUIRE(run("make-model --preset k3-tiny --out " + b.path().string() + " --max-shard-size 2MiB",
                 logs / "b.log") == 0);
     CHECK(read_file(logs / "a.log").find("seed 1") != std::string::npos);
     auto sa = snapshot(a.path()), sb = snapshot(b.path());
@@ -49,8 +45,8 @@ TEST_CASE("make-model: the same seed gives identical bytes, another seed differe
     CHECK(sa.count("model.safetensors.index.json"));
     CHECK(sa == sb);
 
-    REQUIRE(run("KILN_MAKE_MODEL_SEED=7 " + bin + " make-model --out " + c.path().string() + " --max-shard-size 2MiB",
-                logs / "c.log") == 0);
+    REQUIRE(run("make-model --out " + c.path().string() + " --max-shard-size 2MiB", logs / "c.log",
+                "KILN_MAKE_MODEL_SEED=7") == 0);
     auto sc = snapshot(c.path());
     CHECK(sc.at("config.json") == sa.at("config.json"));
     CHECK(sc.size() == sa.size());
@@ -65,18 +61,17 @@ TEST_CASE("make-model: the same seed gives identical bytes, another seed differe
 
 TEST_CASE("make-model: expert formats, --force and refusals") {
     ScratchDir out("mm"), logs("mm");
-    const std::string bin = kiln_bin();
     const std::string dir = out.path().string();
-    REQUIRE(run(bin + " make-model --out " + dir + " --expert-format int4", logs / "1.log") == 0);
+    REQUIRE(run("make-model --out " + dir + " --expert-format int4", logs / "1.log") == 0);
     CHECK(load_config(out.path()).expert_format == ExpertFormat::int4_g32);
 
     // An existing checkpoint is not overwritten without --force.
-    CHECK(run(bin + " make-model --out " + dir + " --expert-format bf16", logs / "2.log") == 1);
+    CHECK(run("make-model --out " + dir + " --expert-format bf16", logs / "2.log") == 1);
     CHECK(read_file(logs / "2.log").find("already holds a checkpoint") != std::string::npos);
     CHECK(load_config(out.path()).expert_format == ExpertFormat::int4_g32);
 
     // --force replaces it, removing shards the new checkpoint does not use.
-    REQUIRE(run(bin + " make-model --out " + dir + " --expert-format bf16 --force --max-shard-size 1MiB",
+    REQUIRE(run("make-model --out " + dir + " --expert-format bf16 --force --max-shard-size 1MiB",
                 logs / "3.log") == 0);
     ModelFiles m = open_model(out.path());
     CHECK(m.config.expert_format == ExpertFormat::bf16);
@@ -84,13 +79,13 @@ TEST_CASE("make-model: expert formats, --force and refusals") {
     for (const auto& e : std::filesystem::directory_iterator(out.path())) files += e.path().extension() == ".safetensors";
     CHECK(files == m.checkpoint.shards().size());
 
-    CHECK(run(bin + " make-model --out " + dir + "/x --preset k4", logs / "4.log") == 1);
+    CHECK(run("make-model --out " + dir + "/x --preset k4", logs / "4.log") == 1);
     CHECK(read_file(logs / "4.log").find("unknown preset 'k4'") != std::string::npos);
-    CHECK(run(bin + " make-model --out " + dir + "/x --expert-format fp8", logs / "5.log") == 1);
+    CHECK(run("make-model --out " + dir + "/x --expert-format fp8", logs / "5.log") == 1);
     CHECK(read_file(logs / "5.log").find("--expert-format") != std::string::npos);
 
     // Large presets can be described without writing 1.4 TiB.
-    REQUIRE(run(bin + " make-model --preset k3 --config-only --out " + dir + "/k3", logs / "6.log") == 0);
+    REQUIRE(run("make-model --preset k3 --config-only --out " + dir + "/k3", logs / "6.log") == 0);
     ModelConfig k3 = load_config(out.path() / "k3");
     CHECK(k3.num_layers == 93);
     CHECK(k3.moe.num_experts == 896);

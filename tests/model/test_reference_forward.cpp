@@ -19,6 +19,7 @@
 #include "model/reference/generate.hpp"
 #include "reference_test_util.hpp"
 #include "runtime/error.hpp"
+#include "tests/common/sandbox.hpp"
 
 using namespace kiln::model;
 using namespace kiln::model::reference;
@@ -28,31 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
-public:
-    explicit TempDir(const std::string& tag) {
-        static int counter = 0;
-        path_ = fs::temp_directory_path() /
-                fmt::format("kiln-reftest-{}-{}-{}", tag, ::getpid(), counter++);
-        fs::remove_all(path_);
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
+using kiln::test::TempDir;
 
 std::unique_ptr<ReferenceModel> build(const ModelConfig& c, uint64_t seed = kDefaultModelSeed) {
     TempDir dir("model");
     MakeModelOptions opts;
     opts.seed = seed;
-    write_model(c, dir.path(), opts);
-    Checkpoint ck = Checkpoint::open(dir.path());
+    write_model(c, dir.path, opts);
+    Checkpoint ck = Checkpoint::open(dir.path);
     return std::make_unique<ReferenceModel>(c, ck);
 }
 
@@ -201,17 +185,17 @@ TEST_CASE("A_log is read per head from its first H entries of the checkpoint") {
     ModelConfig c = k3_tiny_config(ExpertFormat::bf16);
     const size_t H = size_t(c.kda.num_heads);
     TempDir dir("alog");
-    write_model(c, dir.path());
+    write_model(c, dir.path);
     const std::string name = TensorNames(c).layer(1, "self_attn.A_log");
     std::vector<float> a_log;
     {
-        Checkpoint ck = Checkpoint::open(dir.path());
+        Checkpoint ck = Checkpoint::open(dir.path);
         a_log = to_fp32(ck.get(name));
     }
     REQUIRE(a_log.size() > H);
     std::vector<uint32_t> ids = random_ids(20, size_t(c.vocab_size), 8);
     auto logits = [&] {
-        Checkpoint ck = Checkpoint::open(dir.path());
+        Checkpoint ck = Checkpoint::open(dir.path);
         ReferenceModel m(c, ck);
         return run_in_steps(m, ids, ids.size());
     };
@@ -219,11 +203,11 @@ TEST_CASE("A_log is read per head from its first H entries of the checkpoint") {
     // Entries past H (the padding) must not matter...
     std::vector<float> padded = a_log;
     for (size_t i = H; i < padded.size(); ++i) padded[i] = 2.5f + 0.1f * float(i);
-    patch_f32_tensor(dir.path(), name, padded);
+    patch_f32_tensor(dir.path, name, padded);
     CHECK(kiln_test::rel_err(logits(), base) == 0.0);
     // ...while a per-head entry does.
     padded[1] += 1.0f;
-    patch_f32_tensor(dir.path(), name, padded);
+    patch_f32_tensor(dir.path, name, padded);
     CHECK(kiln_test::rel_err(logits(), base) > 1e-4);
 }
 
@@ -256,8 +240,8 @@ TEST_CASE("generate: greedy is deterministic and follows the argmax of the logit
 TEST_CASE("grouped top-k routing is refused with a clear message") {
     ModelConfig c = k3_tiny_config();
     TempDir dir("group");
-    write_model(c, dir.path());
-    Checkpoint ck = Checkpoint::open(dir.path());
+    write_model(c, dir.path);
+    Checkpoint ck = Checkpoint::open(dir.path);
     c.moe.router.num_expert_group = 2;
     c.moe.router.topk_group = 1;
     CHECK_THROWS_WITH_AS(ReferenceModel(c, ck), doctest::Contains("grouped top-k"), kiln::InvalidArgument);

@@ -1,13 +1,7 @@
 // `kiln generate` / `kiln bench reference` through the built executable (KILN_TEST_BIN).
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -20,6 +14,7 @@
 #include "model/preset.hpp"
 #include "model/reference/forward.hpp"
 #include "model/reference/generate.hpp"
+#include "tests/common/cli_runner.hpp"
 #if KILN_HAVE_TOKENIZER
 #include "model/tokenizer/tiny_vocab.hpp"
 #endif
@@ -27,43 +22,14 @@
 using namespace kiln::model;
 using namespace kiln::model::reference;
 namespace fs = std::filesystem;
+using Run = kiln::test::CliResult;
 
 namespace {
 
-struct Run {
-    int rc = -1;
-    std::string out;
-};
-
-// Runs the kiln binary with `args` (shell words), capturing stdout; stderr goes to `err_file` when given.
-Run run_kiln(const std::string& args, const std::string& err_file = "/dev/null") {
-    const char* bin = std::getenv("KILN_TEST_BIN");
-    REQUIRE(bin != nullptr);
-    std::string cmd = fmt::format("env -u KILN_MODEL -u KILN_PRESET '{}' {} 2>'{}'", bin, args, err_file);
-    Run r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
-
-std::string read_all(const fs::path& p) {
-    std::FILE* f = std::fopen(p.c_str(), "rb");
-    if (!f) return {};
-    std::string s;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-    return s;
-}
-
-fs::path temp_file(const char* tag) {
-    return fs::temp_directory_path() / fmt::format("kiln-gen-{}-{}.txt", tag, ::getpid());
+// Runs the kiln binary with `args` (shell words) in a sandbox of its own.
+Run run_kiln(const std::string& args) {
+    kiln::test::Sandbox sb("generate-cli");
+    return kiln::test::run_kiln(sb, args);
 }
 
 std::string join_ids(const std::vector<uint32_t>& ids) {
@@ -84,8 +50,8 @@ TEST_CASE("kiln generate --ids: greedy output is deterministic and equals the in
     REQUIRE(b.rc == 0);
     CHECK(a.out == b.out);
 
-    fs::path dir = fs::temp_directory_path() / fmt::format("kiln-gen-model-{}", ::getpid());
-    fs::remove_all(dir);
+    kiln::test::TempDir model_dir("gen-model");
+    const fs::path dir = model_dir.path / "model";
     ModelConfig c = preset_config("k3-tiny");
     write_model(c, dir);
     std::vector<uint32_t> ids;
@@ -100,7 +66,6 @@ TEST_CASE("kiln generate --ids: greedy output is deterministic and equals the in
     Run d = run_kiln(fmt::format("generate --model '{}' --max-tokens 8 --ignore-eos --print-ids --ids 5,17,300,42", dir.string()));
     CHECK(d.rc == 0);
     CHECK(d.out == a.out);
-    fs::remove_all(dir);
 }
 
 TEST_CASE("kiln generate: seeded sampling is reproducible, seeds differ") {
@@ -140,12 +105,11 @@ TEST_CASE("kiln generate \"prompt\": streams decoded text; equals decoding the g
 #endif
 
 TEST_CASE("kiln generate: bad input gives a one-line error and exit 1") {
-    fs::path err = temp_file("err");
     auto check = [&](const std::string& args, const std::string& needle) {
         CAPTURE(args);
-        Run r = run_kiln(args, err.string());
+        Run r = run_kiln(args);
         CHECK(r.rc == 1);
-        std::string e = read_all(err);
+        const std::string& e = r.err;
         CHECK(e.find("kiln: error:") == 0);
         CHECK(e.find(needle) != std::string::npos);
         CHECK(std::count(e.begin(), e.end(), '\n') == 1);
@@ -158,7 +122,6 @@ TEST_CASE("kiln generate: bad input gives a one-line error and exit 1") {
     check("generate --top-p 0 hi", "top-p");
     check("generate", "prompt");
     check("generate --model /nonexistent/kiln-model hi", "/nonexistent/kiln-model");
-    fs::remove(err);
 }
 
 TEST_CASE("kiln bench reference --json reports prefill and decode speed") {

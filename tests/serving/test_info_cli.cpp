@@ -1,42 +1,18 @@
 // `kiln info`: human and JSON output, with and without a CUDA driver.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-namespace fs = std::filesystem;
+#include "tests/common/cli_runner.hpp"
+
+using Run = kiln::test::CliResult;
 
 namespace {
 
-struct Run {
-    int rc = -1;
-    std::string out, err;
-};
-
-Run kiln(const std::string& args, const std::string& env = "") {
-    const char* bin = std::getenv("KILN_TEST_BIN");
-    REQUIRE(bin != nullptr);
-    fs::path dir = fs::temp_directory_path();
-    fs::path out = dir / ("kiln-info-test-" + std::to_string(::getpid()) + ".out");
-    fs::path err = dir / ("kiln-info-test-" + std::to_string(::getpid()) + ".err");
-    std::string cmd = "env " + env + " '" + bin + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-    int status = std::system(cmd.c_str());
-    Run r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream o(out), e(err);
-    std::stringstream so, se;
-    so << o.rdbuf();
-    se << e.rdbuf();
-    r.out = so.str();
-    r.err = se.str();
-    fs::remove(out);
-    fs::remove(err);
-    return r;
+Run run(const kiln::test::Sandbox& sb, const std::string& args, const std::string& env = "") {
+    return kiln::test::run_kiln(sb, args, env);
 }
 
 // Without a device the target is the host's ("host-<triple>-<cpu>"), or none in a GPU-only build.
@@ -49,15 +25,14 @@ void check_host_target(const nlohmann::json& j) {
 }  // namespace
 
 TEST_CASE("kiln info --json reports driver, NVRTC, headers, target and the kernel cache") {
-    fs::path cache = fs::temp_directory_path() / ("kiln-info-cache-" + std::to_string(::getpid()));
-    const std::string env = "KILN_CACHE_DIR='" + cache.string() + "'";
-    Run empty = kiln("info --json", env);
+    kiln::test::Sandbox sb("info-cli");
+    const kiln::test::fs::path& cache = sb.cache_dir;
+    Run empty = run(sb, "info --json");
     REQUIRE(empty.rc == 0);
     CHECK(nlohmann::json::parse(empty.out)["cache"]["entries"] == 0);
-    CHECK_FALSE(fs::exists(cache / "kernels.db"));  // info never creates the cache
-    REQUIRE(kiln("jit compile --family moe_routing --arch sm_90a --experts 8 --topk 2", env).rc == 0);
-    Run r = kiln("info --json", env);
-    fs::remove_all(cache);
+    CHECK_FALSE(kiln::test::fs::exists(cache / "kernels.db"));  // info never creates the cache
+    REQUIRE(run(sb, "jit compile --family moe_routing --arch sm_90a --experts 8 --topk 2").rc == 0);
+    Run r = run(sb, "info --json");
     REQUIRE(r.rc == 0);
     auto j = nlohmann::json::parse(r.out);
     CHECK(j["version"].is_string());
@@ -76,7 +51,8 @@ TEST_CASE("kiln info --json reports driver, NVRTC, headers, target and the kerne
 }
 
 TEST_CASE("kiln info without a driver says why and still works") {
-    Run r = kiln("info --json", "KILN_CUDA_DRIVER=/nonexistent/libcuda.so.1");
+    kiln::test::Sandbox sb("info-cli");
+    Run r = run(sb, "info --json", "KILN_CUDA_DRIVER=/nonexistent/libcuda.so.1");
     REQUIRE(r.rc == 0);
     auto j = nlohmann::json::parse(r.out);
     CHECK(j["driver"]["state"] == "no_library");
@@ -84,12 +60,12 @@ TEST_CASE("kiln info without a driver says why and still works") {
     CHECK(j["devices"].empty());
     check_host_target(j);
     // KILN_TARGET=cuda without a device: no target, and the reason says so.
-    Run c = kiln("info --json", "KILN_CUDA_DRIVER=none KILN_TARGET=cuda");
+    Run c = run(sb, "info --json", "KILN_CUDA_DRIVER=none KILN_TARGET=cuda");
     REQUIRE(c.rc == 0);
     auto cj = nlohmann::json::parse(c.out);
     CHECK(cj["target"] == "none");
     CHECK(cj["target_reason"].get<std::string>().find("no CUDA device") != std::string::npos);
-    Run h = kiln("info", "KILN_CUDA_DRIVER=none");
+    Run h = run(sb, "info", "KILN_CUDA_DRIVER=none");
     CHECK(h.rc == 0);
     CHECK(h.out.find("CUDA driver  none") != std::string::npos);
     CHECK(h.out.find("NVRTC") != std::string::npos);

@@ -1,7 +1,6 @@
-// `kiln cache ...`: inspect and maintain the kernel cache (ls, show, stats, verify, prune, clear,
-// export, import, keygen), human tables by default and --json for machines. Also the flags every
-// command that opens a Store shares (--cache-dir, --kernel-cache, --trusted-key, ...), each with
-// its KILN_* environment variable.
+// The flags of every command that opens the kernel cache (--cache-dir, --kernel-cache, --trusted-key,
+// --cache-max-size, --cache-read-only), each with its KILN_* environment variable, and the
+// cache::StoreOptions they make.
 #pragma once
 
 #include <string>
@@ -11,7 +10,7 @@
 
 #include "cache/store.hpp"
 
-namespace kiln::cache {
+namespace kiln::cli {
 
 struct StoreFlags {
     std::string cache_dir;                  // --cache-dir, KILN_CACHE_DIR
@@ -20,12 +19,10 @@ struct StoreFlags {
     std::string max_size;                   // --cache-max-size, KILN_CACHE_MAX_SIZE
     bool read_only = false;                 // --cache-read-only, KILN_CACHE_READ_ONLY
 
-    StoreOptions options() const;  // throws InvalidArgument on a malformed size
+    cache::StoreOptions options() const;  // throws InvalidArgument on a malformed size
 };
 
-// Adds the shared Store flags to `cmd`; `flags` must outlive parsing.
+// Adds the flags to `cmd`; `flags` must outlive parsing.
 void add_store_flags(CLI::App& cmd, StoreFlags& flags);
 
-void add_cache_commands(CLI::App& app);
-
-}  // namespace kiln::cache
+}  // namespace kiln::cli

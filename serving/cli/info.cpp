@@ -1,12 +1,13 @@
-#include "serving/info_cli.hpp"
-
+// `kiln info [--json]`: what kiln sees on this machine: version and features, the CUDA driver and
+// devices, the chosen compile target, NVRTC and the CUDA headers, the kernel-key compiler identity,
+// templates, and the kernel cache locations and sizes. Never fails for a missing GPU or toolkit: it
+// reports what is missing.
 #include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cache/cache_cli.hpp"
 #include "cache/store.hpp"
 #include "jit/cuda_toolkit.hpp"
 #include "jit/kernel_key.hpp"
@@ -16,24 +17,17 @@
 #include "runtime/cuda/driver.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/exec_target.hpp"
+#include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
+#include "serving/cli/human_format.hpp"
+#include "serving/cli/store_flags.hpp"
 #if KILN_HAVE_HOST_JIT
 #include "jit/host_compiler.hpp"
 #endif
 
-namespace kiln::serving {
+namespace kiln::cli {
 
 namespace {
-
-std::string human(uint64_t b) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(b);
-    int i = 0;
-    while (v >= 1024 && i < 4) {
-        v /= 1024;
-        ++i;
-    }
-    return i == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[i]);
-}
 
 nlohmann::json collect(cache::StoreOptions store_options) {
     nlohmann::json j;
@@ -129,7 +123,7 @@ void print_human(const nlohmann::json& j) {
         fmt::print("device {}     {}, CC {}, {} SMs, {} memory, {} smem/block opt-in, target {}\n",
                    dev["ordinal"].get<int>(), dev["name"].get<std::string>(),
                    dev["compute_capability"].get<std::string>(), dev["sm_count"].get<int>(),
-                   human(dev["memory_bytes"].get<uint64_t>()), human(dev["max_smem_optin"].get<uint64_t>()),
+                   human_bytes(dev["memory_bytes"].get<uint64_t>()), human_bytes(dev["max_smem_optin"].get<uint64_t>()),
                    dev["target"].get<std::string>());
     fmt::print("target       {} ({})\n", j["target"].get<std::string>(), j["target_reason"].get<std::string>());
     const auto& n = j["nvrtc"];
@@ -152,18 +146,18 @@ void print_human(const nlohmann::json& j) {
     if (c.contains("error")) fmt::print("cache        unreadable: {}\n", c["error"].get<std::string>());
     for (const auto& l : c["layers"])
         fmt::print("cache layer  {} ({}): {} kernels, {} of kernels, {} on disk\n", l["path"].get<std::string>(),
-                   l["trust"].get<std::string>(), l["entries"].get<uint64_t>(), human(l["bytes"].get<uint64_t>()),
-                   human(l["file_bytes"].get<uint64_t>()));
+                   l["trust"].get<std::string>(), l["entries"].get<uint64_t>(), human_bytes(l["bytes"].get<uint64_t>()),
+                   human_bytes(l["file_bytes"].get<uint64_t>()));
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
-    auto flags = std::make_shared<cache::StoreFlags>();
+    auto flags = std::make_shared<StoreFlags>();
     CLI::App* c = app.add_subcommand("info", "Devices, driver, NVRTC, target and kernel cache of this machine");
-    c->add_flag("--json", *json, "JSON output")->envname("KILN_JSON");
-    cache::add_store_flags(*c, *flags);
+    add_json_flag(*c, *json, "JSON output");
+    add_store_flags(*c, *flags);
     c->callback([json, flags] {
         nlohmann::json j = collect(flags->options());
         if (*json) fmt::print("{}\n", j.dump(2));
@@ -171,4 +165,4 @@ void add_info_command(CLI::App& app) {
     });
 }
 
-}  // namespace kiln::serving
+}  // namespace kiln::cli

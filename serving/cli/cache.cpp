@@ -1,6 +1,5 @@
-#include "cache/cache_cli.hpp"
-
-#include <ctime>
+// `kiln cache ...`: inspect and maintain the kernel cache (ls, show, stats, verify, prune, clear, export,
+// import, keygen), human tables by default and --json for machines.
 #include <filesystem>
 #include <memory>
 
@@ -9,44 +8,18 @@
 
 #include "cache/prebuilt_layer.hpp"
 #include "cache/signing.hpp"
-#include "runtime/env.hpp"
+#include "cache/store.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
+#include "serving/cli/human_format.hpp"
+#include "serving/cli/store_flags.hpp"
 
-namespace kiln::cache {
+namespace kiln::cli {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-StoreOptions StoreFlags::options() const {
-    StoreOptions o;
-    o.cache_dir = cache_dir;
-    for (const auto& item : kernel_cache)
-        for (auto& p : split_path_list(item)) o.prebuilt.push_back(p);
-    for (const auto& item : trusted_keys)
-        for (auto& p : split_path_list(item)) o.trusted_keys.push_back(p);
-    if (!max_size.empty()) {
-        o.max_bytes = env::parse_size(max_size);
-        if (o.max_bytes == 0) throw InvalidArgument("--cache-max-size must be larger than 0");
-    }
-    o.read_only = read_only;
-    return o;
-}
-
-void add_store_flags(CLI::App& cmd, StoreFlags& flags) {
-    cmd.add_option("--cache-dir", flags.cache_dir,
-                   "User kernel cache directory (default: $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
-        ->envname("KILN_CACHE_DIR");
-    cmd.add_option("--kernel-cache", flags.kernel_cache,
-                   "Prebuilt kernel cache file (.kcache), searched before the user cache; repeatable, or a ':'/',' "
-                   "separated list")
-        ->envname("KILN_KERNEL_CACHE");
-    cmd.add_option("--trusted-key", flags.trusted_keys,
-                   "Ed25519 public key (PEM) trusted to sign prebuilt caches; repeatable, or a ':'/',' separated list")
-        ->envname("KILN_TRUSTED_KEYS");
-    cmd.add_option("--cache-max-size", flags.max_size, "Size cap of the user cache, LRU-pruned (default 10G)")
-        ->envname("KILN_CACHE_MAX_SIZE");
-    cmd.add_flag("--cache-read-only", flags.read_only, "Never write the user cache")->envname("KILN_CACHE_READ_ONLY");
-}
+using namespace kiln::cache;
 
 namespace {
 
@@ -59,27 +32,6 @@ struct CliState {
     std::string sign_key;
     std::string keygen_out;
 };
-
-std::string human_bytes(uint64_t n) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double x = static_cast<double>(n);
-    int u = 0;
-    while (x >= 1024 && u < 4) {
-        x /= 1024;
-        ++u;
-    }
-    return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", x, units[u]);
-}
-
-std::string human_time(int64_t unix_seconds) {
-    if (unix_seconds <= 0) return "-";
-    std::time_t t = static_cast<std::time_t>(unix_seconds);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
-    return buf;
-}
 
 json to_json(const ArtifactInfo& a) {
     return json{{"key", a.key.hex()},
@@ -103,26 +55,6 @@ json to_json(const ArtifactInfo& a) {
                 {"created_at", a.created_at},
                 {"last_used", a.last_used},
                 {"layer", a.layer}};
-}
-
-// A plain text table: columns padded to their widest cell; numeric columns right-aligned.
-void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
-                 const std::vector<bool>& right) {
-    std::vector<size_t> w(header.size());
-    for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
-    for (const auto& r : rows)
-        for (size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
-    auto line = [&](const std::vector<std::string>& r) {
-        std::string out;
-        for (size_t c = 0; c < r.size(); ++c) {
-            if (c > 0) out += "  ";
-            out += right[c] ? fmt::format("{:>{}}", r[c], w[c]) : fmt::format("{:<{}}", r[c], w[c]);
-        }
-        while (!out.empty() && out.back() == ' ') out.pop_back();
-        fmt::print("{}\n", out);
-    };
-    line(header);
-    for (const auto& r : rows) line(r);
 }
 
 std::string layer_label(const std::string& layer) {
@@ -242,8 +174,9 @@ void cmd_verify(CliState& st) {
 
 void cmd_prune(CliState& st) {
     StoreOptions o = st.flags.options();
+    const uint64_t given = st.prune_size.empty() ? 0 : parse_size_flag("--max-size", st.prune_size);
     Store store(o);
-    uint64_t cap = st.prune_size.empty() ? store.stats().max_bytes : env::parse_size(st.prune_size);
+    uint64_t cap = st.prune_size.empty() ? store.stats().max_bytes : given;
     uint64_t before = store.stats().layers.back().bytes;
     uint64_t freed = store.prune(cap);
     if (st.json) {
@@ -315,13 +248,13 @@ void cmd_keygen(CliState& st) {
 
 }  // namespace
 
-void add_cache_commands(CLI::App& app) {
+void add_cache_command(CLI::App& app) {
     auto st = std::make_shared<CliState>();
     CLI::App* cache = app.add_subcommand("cache", "Inspect and maintain the kernel cache");
     cache->require_subcommand(1);
     cache->fallthrough();
     add_store_flags(*cache, st->flags);
-    cache->add_flag("--json", st->json, "Machine-readable output")->envname("KILN_JSON");
+    add_json_flag(*cache, st->json, "Machine-readable output");
 
     auto sub = [&](const char* name, const char* help, void (*fn)(CliState&)) {
         CLI::App* c = cache->add_subcommand(name, help);
@@ -352,4 +285,4 @@ void add_cache_commands(CLI::App& app) {
         ->required();
 }
 
-}  // namespace kiln::cache
+}  // namespace kiln::cli

@@ -1,58 +1,45 @@
-#include "jit/host_bench.hpp"
+#include "model/bench/host_bench.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <span>
-#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <time.h>
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "autotune/heuristics/moe_w4a16.hpp"
 #include "cache/store.hpp"
-#include "jit/family_dequant_gemv.hpp"
-#include "jit/family_moe_routing.hpp"
-#include "jit/family_moe_w4a16.hpp"
+#include "jit/dispatcher.hpp"
+#include "jit/families/dequant_gemv.hpp"
+#include "jit/families/moe_routing.hpp"
+#include "jit/families/moe_w4a16_decode.hpp"
+#include "jit/families/moe_w4a16_route.hpp"
 #include "jit/host_compiler.hpp"
 #include "jit/host_kernel_loader.hpp"
-#include "jit/host_launch.hpp"
-#include "jit/moe_w4a16_host.hpp"
-#include "jit/moe_w4a16_weights.hpp"
+#include "model/layers/moe_w4a16.hpp"
+#include "model/weights/moe_w4a16.hpp"
 #include "runtime/bf16.hpp"
+#include "runtime/cpu_time.hpp"
 #include "runtime/error.hpp"
 #include "runtime/host/stream.hpp"
+#include "runtime/temp_dir.hpp"
 
-namespace kiln::jit {
+namespace kiln::model::bench {
 
 namespace {
 
-namespace fs = std::filesystem;
+using namespace kiln::jit;
+namespace moe = kiln::model::weights;
+using MoeActivation = jit::moe::Activation;
+
 using Clock = std::chrono::steady_clock;
 using runtime::DType;
 using runtime::TensorView;
-
-struct BenchOptions {
-    double min_seconds = 0.3;  // per measurement
-    std::string cache_dir;     // "" = a fresh temporary directory (cold compiles are really cold)
-    bool json = false;
-};
-
-double process_cpu_ms() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
-}
 
 // Medians over at least 3 runs and about `min_seconds`: wall-clock milliseconds, and CPU
 // milliseconds of the whole process (for single-threaded work: its cost, however busy the machine).
@@ -65,11 +52,11 @@ Timing measure(const std::function<void()>& fn, double min_seconds) {
     auto start = Clock::now();
     while (wall.size() < 3 ||
            (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds && wall.size() < 2000)) {
-        const double c0 = process_cpu_ms();
+        const double c0 = process_cpu_seconds() * 1e3;
         auto t0 = Clock::now();
         fn();
         wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        cpu.push_back(process_cpu_ms() - c0);
+        cpu.push_back(process_cpu_seconds() * 1e3 - c0);
     }
     auto median = [](std::vector<double>& v) {
         std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -92,19 +79,6 @@ struct DirectRunner {
         ctx.scratch_bytes = k.host_scratch_bytes;
         k.host_entry(&ctx, args);
         if (status != 0) throw Error(fmt::format("kiln bench host: kernel {} refused to run ({})", to_string(k.desc), status));
-    }
-};
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "kiln-bench-host-XXXXXX").string();
-        if (mkdtemp(tmpl.data()) == nullptr) throw IoError("kiln bench host: cannot create a temporary directory");
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
     }
 };
 
@@ -133,9 +107,11 @@ struct HostMoeLayer {
     // The kernels the layer's decode configuration runs (compiled first, for the compile table).
     static std::vector<KernelDescriptor> descriptors(const moe::PreparedMoeWeights& gu, const moe::PreparedMoeWeights& dn,
                                                      Target t) {
-        return {MoeW4A16Family::routing(k_experts, k_tiles, t),
-                MoeW4A16Family::gemm(MoeW4A16Kernel::gate_up, gu, MoeActivation::situ_glu, k_tiles, t),
-                MoeW4A16Family::gemm(MoeW4A16Kernel::down, dn, MoeActivation::situ_glu, k_tiles, t)};
+        return {MoeW4A16RouteFamily::descriptor(k_experts, 8 * k_tiles, t),
+                MoeW4A16DecodeFamily::descriptor(jit::moe::Matrix::gate_up, layers::matrix_shape(gu),
+                                                 MoeActivation::situ_glu, 8 * k_tiles, t),
+                MoeW4A16DecodeFamily::descriptor(jit::moe::Matrix::down, layers::matrix_shape(dn),
+                                                 MoeActivation::situ_glu, 8 * k_tiles, t)};
     }
 
     explicit HostMoeLayer(std::mt19937_64& rng) {
@@ -165,14 +141,20 @@ struct HostMoeLayer {
         }
     }
 
-    MoeW4A16HostOptions options(int max_tokens) const {
-        MoeW4A16HostOptions o;
-        o.act = MoeActivation::situ_glu;
-        o.topk = k_topk;
-        o.max_tokens = max_tokens;
-        o.tiles = k_tiles;
-        o.force = MoeW4A16HostConfig::decode_combined;
-        return o;
+    layers::MoeW4A16Shape shape(int max_tokens) const {
+        layers::MoeW4A16Shape s;
+        s.act = MoeActivation::situ_glu;
+        s.topk = k_topk;
+        s.max_tokens = max_tokens;
+        return s;
+    }
+    // The decode path with fp32 atomics, every call.
+    static autotune::MoeW4A16Tuning tuning() {
+        autotune::MoeW4A16Tuning t = autotune::default_moe_w4a16_tuning(moe::W4Format::mxfp4_g32_e8m0);
+        t.tiles = k_tiles;
+        t.rows_combine_min = -1;
+        t.prefill_min = -1;
+        return t;
     }
 
     // The plain implementation: per token and slot, h = SiTU-GLU(Wg x, Wu x), out += w * Wd h.
@@ -208,25 +190,12 @@ struct HostMoeLayer {
     }
 };
 
-struct CompileRow {
-    std::string kernel;
-    HostCompileStats cold, warm;
-    double cold_cpu_ms = 0;
-};
+}  // namespace
 
-struct SpeedRow {
-    std::string kernel, shape;
-    double reference_ms = 0;   // CPU ms, one thread
-    double plain_ms = -1;      // CPU ms, one thread (-1: none)
-    double jit_ms = 0;         // CPU ms, one thread, the kernel called directly
-    double launch_ms = 0;      // wall ms: launch on a host stream with the whole pool + synchronize
-    double bytes = 0;          // bytes the kernel must touch, for GB/s
-};
-
-void run(const BenchOptions& o) {
-    TempDir tmp;
+HostBenchResult run_host_bench(const HostBenchOptions& o) {
+    TempDir tmp("kiln-bench-host");
     cache::StoreOptions so;
-    so.cache_dir = o.cache_dir.empty() ? (tmp.path / "cache").string() : o.cache_dir;
+    so.cache_dir = o.cache_dir.empty() ? (tmp.path() / "cache").string() : o.cache_dir;
     cache::Store store(so);
 
     const Target host = Target::host_target();
@@ -244,16 +213,16 @@ void run(const BenchOptions& o) {
     for (const auto& d : HostMoeLayer::descriptors(moe_layer.gu, moe_layer.dn, host)) kernels.push_back(d);
 
     // 1. Cold compiles, then warm loads by a second loader on the same store.
-    std::vector<CompileRow> compile_rows;
+    std::vector<HostBenchCompile> compile_rows;
     const uint64_t clang_before = HostCompiler::clang_invocations();
     std::string target_name;
     {
         HostKernelLoader cold({&store});
         target_name = cold.compiler().target().name();
         for (const auto& d : kernels) {
-            const double c0 = process_cpu_ms();
+            const double c0 = process_cpu_seconds() * 1e3;
             const LoadedKernel& k = cold.get(d);
-            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}, process_cpu_ms() - c0});
+            compile_rows.push_back({to_string(k.desc), cold.stats(k), {}, process_cpu_seconds() * 1e3 - c0});
         }
     }
     const uint64_t clang_cold = HostCompiler::clang_invocations() - clang_before;
@@ -262,9 +231,11 @@ void run(const BenchOptions& o) {
     const uint64_t clang_warm = HostCompiler::clang_invocations() - clang_before - clang_cold;
 
     // 2. Speed against the references.
-    runtime::HostStream stream;  // the process pool (KILN_HOST_THREADS)
+    runtime::HostBackend backend;  // the process pool (KILN_HOST_THREADS)
+    auto stream_owner = backend.create_stream();
+    runtime::Stream& stream = *stream_owner;
     DirectRunner direct;
-    std::vector<SpeedRow> speed;
+    std::vector<HostBenchSpeed> speed;
 
     {
         const KernelDescriptor& d = kernels[0];
@@ -273,8 +244,9 @@ void run(const BenchOptions& o) {
             std::uniform_int_distribution<int> pick(0, d.experts - 1);
             std::vector<int32_t> ids(static_cast<size_t>(tokens) * d.topk);
             for (auto& id : ids) id = pick(rng);
-            const int64_t cap = moe_routing_capacity(tokens, d.topk, d.experts, d.config.block_m);
-            const int64_t blocks = cap / d.config.block_m;
+            const int bm = d.config.as<MoeRoutingConfig>().block_m;
+            const int64_t cap = moe_routing_capacity(tokens, d.topk, d.experts, bm);
+            const int64_t blocks = cap / bm;
             std::vector<int32_t> sorted(cap), block(blocks), counts(d.experts), total(1);
             MoeRoutingArgs a;
             a.topk_ids = TensorView::contiguous(ids.data(), DType::i32, {tokens, d.topk});
@@ -282,17 +254,17 @@ void run(const BenchOptions& o) {
             a.block_expert = TensorView::contiguous(block.data(), DType::i32, {blocks});
             a.tokens_per_expert = TensorView::contiguous(counts.data(), DType::i32, {d.experts});
             a.total_padded = TensorView::contiguous(total.data(), DType::i32, {1});
-            const MoeRoutingHostArgs packed = pack_moe_routing(k, a);
-            SpeedRow r;
-            r.kernel = fmt::format("moe_routing e={} topk={} bm={}", d.experts, d.topk, d.config.block_m);
+            const kiln_params::MoeRoutingParams packed = moe_routing_params(k, a, runtime::Location::host);
+            HostBenchSpeed r;
+            r.kernel = fmt::format("moe_routing e={} topk={} bm={}", d.experts, d.topk, bm);
             r.shape = fmt::format("tokens={}", tokens);
             r.reference_ms = measure([&] {
-                auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, d.config.block_m, cap, blocks);
+                auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, bm, cap, blocks);
                 if (ref.total_padded < 0) throw Error("unreachable");
             }, o.min_seconds).cpu_ms;
             r.jit_ms = measure([&] { direct(k, &packed); }, o.min_seconds).cpu_ms;
-            r.launch_ms = measure([&] { launch_moe_routing(k, a, stream); stream.synchronize(); }, o.min_seconds).wall_ms;
-            auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, d.config.block_m, cap, blocks);
+            r.launch_ms = measure([&] { launch_moe_routing(k, stream, a); stream.synchronize(); }, o.min_seconds).wall_ms;
+            auto ref = moe_routing_reference(ids, tokens, d.topk, d.experts, bm, cap, blocks);
             if (ref.sorted_ids != sorted || ref.block_expert != block)
                 throw Error("kiln bench host: moe_routing result differs from the reference");
             r.bytes = static_cast<double>(ids.size() * 4 + (cap + blocks) * 4);
@@ -315,8 +287,8 @@ void run(const BenchOptions& o) {
         a.weight_packed = TensorView::contiguous(packed.data(), DType::i32, {n, kk / 8});
         a.weight_scale = TensorView::contiguous(scale.data(), DType::bf16, {n, kk / 32});
         a.y = TensorView::contiguous(y.data(), DType::bf16, {m, n});
-        const DequantGemvHostArgs hargs = pack_dequant_gemv(k, a);
-        SpeedRow r;
+        const kiln_params::DequantGemvParams hargs = dequant_gemv_params(k, a, runtime::Location::host);
+        HostBenchSpeed r;
         r.kernel = fmt::format("dequant_gemv n={} k={}", n, kk);
         r.shape = fmt::format("m={}", m);
         std::vector<double> ref;
@@ -324,7 +296,7 @@ void run(const BenchOptions& o) {
         r.plain_ms = measure([&] { plain_fp32_gemv(x.data(), m, packed.data(), scale.data(), n, kk, yp.data()); },
                              o.min_seconds).cpu_ms;
         r.jit_ms = measure([&] { direct(k, &hargs); }, o.min_seconds).cpu_ms;
-        r.launch_ms = measure([&] { launch_dequant_gemv(k, a, stream); stream.synchronize(); }, o.min_seconds).wall_ms;
+        r.launch_ms = measure([&] { launch_dequant_gemv(k, stream, a); stream.synchronize(); }, o.min_seconds).wall_ms;
         double worst = 0;
         for (size_t j = 0; j < y.size(); ++j) {
             const double got = runtime::bf16_to_float(y[j]);
@@ -338,9 +310,16 @@ void run(const BenchOptions& o) {
     {
         HostMoeLayer& L = moe_layer;
         constexpr int H = HostMoeLayer::k_hidden, K = HostMoeLayer::k_topk, E = HostMoeLayer::k_experts;
-        MoeW4A16HostLayer layer(loader, L.gu, L.dn, L.options(64));
+        jit::DispatcherOptions dopt;
+        dopt.store = &store;
+        jit::Dispatcher disp(dopt);
         runtime::HostThreadPool pool1(1);
-        runtime::HostStream one(pool1);  // the JIT column: one thread
+        runtime::HostBackend one_backend(pool1);  // the JIT column: one thread
+        auto one_owner = one_backend.create_stream();
+        runtime::Stream& one = *one_owner;
+        // The layer reads the weights where a run names them: host memory here.
+        layers::MoeW4A16 layer(disp, backend, L.gu, L.dn, L.shape(64), HostMoeLayer::tuning());
+        layers::MoeW4A16 layer1(disp, one_backend, L.gu, L.dn, L.shape(64), HostMoeLayer::tuning());
         for (int tokens : {1, 8, 64}) {
             std::normal_distribution<float> nd(0.f, 1.f);
             std::vector<uint16_t> x(size_t(tokens) * H), out(size_t(tokens) * H);
@@ -356,16 +335,24 @@ void run(const BenchOptions& o) {
                 wts[size_t(t) * K + 1] = wd(rng);
             }
             std::vector<float> ref(out.size());
-            SpeedRow r;
+            HostBenchSpeed r;
             r.kernel = fmt::format("moe_w4a16 mxfp4 H={} I={} {}x{}", H, HostMoeLayer::k_inter, E, K);
             r.shape = fmt::format("tokens={}", tokens);
             r.reference_ms = measure([&] { L.plain(x, ids, wts, tokens, ref); }, o.min_seconds).cpu_ms;
+            layers::MoeW4A16Tensors t;
+            t.gate_up = reinterpret_cast<uint64_t>(L.gu.bytes.data());
+            t.down = reinterpret_cast<uint64_t>(L.dn.bytes.data());
+            t.x = TensorView::contiguous(x.data(), DType::bf16, {tokens, H});
+            t.topk_ids = TensorView::contiguous(ids.data(), DType::i32, {tokens, K});
+            t.topk_weights = TensorView::contiguous(wts.data(), DType::f32, {tokens, K});
+            t.out = TensorView::contiguous(out.data(), DType::bf16, {tokens, H});
+            const layers::MoeW4A16Plan plan = layer.plan(tokens), plan1 = layer1.plan(tokens);
             r.jit_ms = measure([&] {
-                layer.forward(x.data(), ids.data(), wts.data(), tokens, out.data(), one);
+                layer1.run(plan1, t, one);
                 one.synchronize();
             }, o.min_seconds).cpu_ms;
             r.launch_ms = measure([&] {
-                layer.forward(x.data(), ids.data(), wts.data(), tokens, out.data(), stream);
+                layer.run(plan, t, stream);
                 stream.synchronize();
             }, o.min_seconds).wall_ms;
             double num = 0, den = 0;
@@ -386,79 +373,15 @@ void run(const BenchOptions& o) {
         }
     }
 
-    const unsigned threads = stream.pool().threads();
-    if (o.json) {
-        nlohmann::json j;
-        j["target"] = target_name;
-        j["llvm"] = HostCompiler::llvm_version();
-        j["threads"] = threads;
-        j["clang_invocations_cold"] = clang_cold;
-        j["clang_invocations_warm"] = clang_warm;
-        for (const auto& c : compile_rows)
-            j["compile"].push_back({{"kernel", c.kernel},
-                                    {"clang_ms", c.cold.frontend_ms},
-                                    {"o3_ms", c.cold.optimize_ms},
-                                    {"codegen_ms", c.cold.codegen_ms},
-                                    {"cold_total_ms", c.cold.total_ms},
-                                    {"cold_cpu_ms", c.cold_cpu_ms},
-                                    {"object_bytes", c.cold.object_bytes},
-                                    {"warm_load_ms", c.warm.load_ms},
-                                    {"warm_total_ms", c.warm.total_ms},
-                                    {"warm_from_cache", c.warm.cache_hit}});
-        for (const auto& r : speed)
-            j["speed"].push_back({{"kernel", r.kernel},
-                                  {"shape", r.shape},
-                                  {"reference_cpu_ms", r.reference_ms},
-                                  {"plain_fp32_cpu_ms", r.plain_ms},
-                                  {"jit_cpu_ms", r.jit_ms},
-                                  {"launch_wall_ms", r.launch_ms},
-                                  {"speedup_vs_reference_1_thread", r.reference_ms / r.jit_ms},
-                                  {"speedup_vs_plain_fp32_1_thread", r.plain_ms > 0 ? r.plain_ms / r.jit_ms : 0.0},
-                                  {"speedup_vs_reference_pool", r.reference_ms / r.launch_ms},
-                                  {"jit_gb_per_s_1_thread", r.bytes / (r.jit_ms * 1e6)}});
-        fmt::print("{}\n", j.dump(2));
-        return;
-    }
-
-    fmt::print("kiln bench host: target {}, LLVM {}, pool of {} threads (KILN_HOST_THREADS)\n\n", target_name,
-               HostCompiler::llvm_version(), threads);
-    fmt::print("Cold compile into a fresh cache ({} clang runs) and warm load from SQLite by a new loader ({} clang runs)\n",
-               clang_cold, clang_warm);
-    fmt::print("{:<50} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7} {:>8}\n", "kernel", "clang", "O3", "codegen", "total",
-               "cpu", "obj KiB", "warm");
-    for (const auto& c : compile_rows)
-        fmt::print("{:<50} {:>7.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>8.3f}\n", c.kernel.substr(0, 50),
-                   c.cold.frontend_ms, c.cold.optimize_ms, c.cold.codegen_ms, c.cold.total_ms, c.cold_cpu_ms,
-                   c.cold.object_bytes / 1024.0, c.warm.load_ms);
-    fmt::print("(milliseconds; clang/O3/codegen/total/warm are wall time, cpu is process CPU time of the cold compile)\n\n");
-    fmt::print("Speed: milliseconds per call (median). reference = the family's reference implementation, plain = a "
-               "scalar fp32 loop compiled into kiln (moe_w4a16: its reference\nis that plain loop over "
-               "weights dequantised to fp32 at load),\nJIT = the host kernel called directly (moe_w4a16: the host layer on a one-thread stream); all three on one thread, "
-               "in process CPU time. launch = host stream launch + synchronize on the pool, wall time.\n");
-    fmt::print("{:<32} {:<11} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7}\n", "kernel", "shape", "reference",
-               "plain", "JIT", "launch", "xref 1t", "xplain", "xref", "GB/s 1t");
-    for (const auto& r : speed)
-        fmt::print("{:<32} {:<11} {:>10.3f} {:>10} {:>9.3f} {:>9.3f} {:>8.1f} {:>8} {:>8.1f} {:>7.2f}\n", r.kernel,
-                   r.shape, r.reference_ms, r.plain_ms < 0 ? std::string("-") : fmt::format("{:.3f}", r.plain_ms),
-                   r.jit_ms, r.launch_ms, r.reference_ms / r.jit_ms,
-                   r.plain_ms < 0 ? std::string("-") : fmt::format("{:.1f}", r.plain_ms / r.jit_ms),
-                   r.reference_ms / r.launch_ms, r.bytes / (r.jit_ms * 1e6));
+    HostBenchResult out;
+    out.target = target_name;
+    out.llvm = HostCompiler::llvm_version();
+    out.threads = backend.pool().threads();
+    out.clang_invocations_cold = clang_cold;
+    out.clang_invocations_warm = clang_warm;
+    out.compile = std::move(compile_rows);
+    out.speed = std::move(speed);
+    return out;
 }
 
-}  // namespace
-
-void add_host_bench(CLI::App& bench) {
-    auto o = std::make_shared<BenchOptions>();
-    CLI::App* c = bench.add_subcommand(
-        "host", "Host target: cold compile and warm load per kernel, JIT kernels against the reference implementations");
-    c->add_option("--min-time", o->min_seconds, "Seconds per measurement (median of the runs)")
-        ->envname("KILN_BENCH_HOST_MIN_TIME")
-        ->check(CLI::Range(0.0, 60.0));
-    c->add_option("--dir", o->cache_dir,
-                  "Kernel cache directory to compile into (default: a fresh temporary one, removed afterwards)")
-        ->envname("KILN_BENCH_HOST_DIR");
-    c->add_flag("--json", o->json, "Machine-readable output")->envname("KILN_JSON");
-    c->callback([o] { run(*o); });
-}
-
-}  // namespace kiln::jit
+}  // namespace kiln::model::bench

@@ -1,6 +1,6 @@
-#include "model/model_cli.hpp"
-
-#include <cstdio>
+// `kiln make-model`: a random-weight checkpoint (real K3 layout) from a preset.
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -8,13 +8,13 @@
 
 #include "model/make_model.hpp"
 #include "model/preset.hpp"
-#include "model/safetensors.hpp"
-#include "model/tensor_names.hpp"
-#include "runtime/atomic_file.hpp"
-#include "runtime/env.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
 
-namespace kiln::model {
+namespace kiln::cli {
+
+using namespace kiln::model;
 
 namespace {
 
@@ -37,17 +37,14 @@ void run_make_model(const MakeModelArgs& a) {
         validate_config(c);
     }
     if (a.config_only) {
-        std::filesystem::create_directories(a.out);
-        if (!a.force && std::filesystem::exists(std::filesystem::path(a.out) / "config.json"))
-            throw InvalidArgument(fmt::format("{}: already holds a config.json; pass --force to replace it", a.out));
-        write_file_atomic(std::filesystem::path(a.out) / "config.json", to_json(c).dump(2) + "\n");
+        write_model_config(c, a.out, a.force);
         fmt::print("wrote {}/config.json ({} preset, {:.2f} GiB of weights described)\n", a.out, a.preset,
                    double(expected_bytes(c)) / (1ull << 30));
         return;
     }
     MakeModelOptions opts;
     opts.seed = a.seed;
-    opts.max_shard_bytes = env::parse_size(a.max_shard_size);
+    opts.max_shard_bytes = parse_size_flag("--max-shard-size", a.max_shard_size);
     if (opts.max_shard_bytes == 0) throw InvalidArgument("--max-shard-size: must be positive");
     opts.replace = a.force;
     MakeModelResult r = write_model(c, a.out, opts);
@@ -58,7 +55,7 @@ void run_make_model(const MakeModelArgs& a) {
 
 }  // namespace
 
-void add_model_commands(CLI::App& app) {
+void add_make_model_command(CLI::App& app) {
     auto args = std::make_shared<MakeModelArgs>();
     std::string names;
     for (const auto& p : presets()) names += fmt::format("\n  {:<13} {}", p.name, p.summary);
@@ -71,7 +68,8 @@ void add_model_commands(CLI::App& app) {
         ->envname("KILN_MAKE_MODEL_EXPERT_FORMAT");
     mm->add_option("--seed", args->seed, "random seed; equal seeds give identical files")
         ->envname("KILN_MAKE_MODEL_SEED")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(in_range<uint64_t>(0, std::numeric_limits<uint64_t>::max()));
     mm->add_option("--max-shard-size", args->max_shard_size, "start a new shard before this size (e.g. 64MiB, 5G)")
         ->envname("KILN_MAKE_MODEL_MAX_SHARD_SIZE")
         ->capture_default_str();
@@ -81,4 +79,4 @@ void add_model_commands(CLI::App& app) {
     mm->callback([args] { run_make_model(*args); });
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::cli

@@ -1,12 +1,20 @@
-#include "jit/jit_cli.hpp"
-
+// `kiln jit families` and `kiln jit compile`.
+//
+//   kiln jit families [--json]
+//   kiln jit compile --family F [--arch A] [--mode MODE] [--m M --n N --k K --experts E --topk T]
+//                    [--weight-format W] [--<config field> VALUE ...] [--descriptor TEXT] [store flags] [--json]
+//       compiles one descriptor into the user kernel cache (no GPU needed; --arch defaults to the
+//       device's target) and prints its content key; when it is already cached, says "cache hit".
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cache/cache_cli.hpp"
 #include "cache/store.hpp"
 #include "jit/dispatcher.hpp"
 #include "jit/family.hpp"
@@ -14,17 +22,44 @@
 #include "runtime/cuda/device.hpp"
 #include "runtime/exec_target.hpp"
 #include "runtime/error.hpp"
+#include "serving/cli/commands.hpp"
+#include "serving/cli/flags.hpp"
+#include "serving/cli/store_flags.hpp"
 
-namespace kiln::jit {
+namespace kiln::cli {
+
+using namespace kiln::jit;
 
 namespace {
 
 struct CompileOptions {
-    std::string family, mode, arch, descriptor;
-    cache::StoreFlags store;
-    int m = 0, n = 0, k = 0, experts = 0, topk = 0, block_m = 0, warps = 0;
+    std::string family, mode, arch, descriptor, weight_format;
+    StoreFlags store;
+    int m = 0, n = 0, k = 0, experts = 0, topk = 0;
+    std::map<std::string, std::string> config;  // config field name -> value as given
     bool json = false;
 };
+
+// "block_m" -> "block-m"
+std::string flag_name(std::string_view field) {
+    std::string f(field);
+    for (char& c : f)
+        if (c == '_') c = '-';
+    return f;
+}
+
+// Every settable config field of the registered families, once per name (first family's help).
+std::vector<const ConfigField*> all_config_fields() {
+    std::vector<const ConfigField*> out;
+    for (const Family* fam : builtin_families().list())
+        for (const ConfigField& f : fam->config_fields()) {
+            if (f.derived) continue;
+            bool seen = false;
+            for (const ConfigField* g : out) seen = seen || g->name == f.name;
+            if (!seen) out.push_back(&f);
+        }
+    return out;
+}
 
 // --arch when given; else KILN_TARGET / --target (auto: the device's arch, or the host target when
 // there is no device).
@@ -44,8 +79,21 @@ void run_families(bool json) {
     if (json) {
         nlohmann::json out = nlohmann::json::array();
         for (const Family* f : fams)
+        {
+            nlohmann::json fields = nlohmann::json::array();
+            for (const ConfigField& c : f->config_fields()) {
+                nlohmann::json jf = {{"name", c.name}, {"min", c.min}, {"max", c.max}, {"derived", c.derived},
+                                     {"help", c.help}};
+                if (!c.choices.empty()) {
+                    std::vector<std::string> ch(c.choices.begin(), c.choices.end());
+                    jf["choices"] = ch;
+                }
+                fields.push_back(jf);
+            }
             out.push_back({{"family", f->name()}, {"modes", f->modes()}, {"dims", f->dims()},
-                           {"host", f->has_host_source()}, {"summary", f->summary()}});
+                           {"host", f->has_host_source()}, {"device_only", f->device_only()},
+                           {"config", fields}, {"summary", f->summary()}});
+        }
         fmt::print("{}\n", out.dump(2));
         return;
     }
@@ -55,6 +103,16 @@ void run_families(bool json) {
         for (const auto& m : f->modes()) modes += (modes.empty() ? "" : ",") + m;
         fmt::print("{:<14} {:<10} {:<5} {}\n", f->name(), modes, f->has_host_source() ? "yes" : "no", f->summary());
         fmt::print("{:<14} {:<10} {:<5} bakes in: {}\n", "", "", "", f->dims());
+        std::string cfg;
+        for (const ConfigField& c : f->config_fields()) {
+            std::string range;
+            if (!c.choices.empty())
+                for (auto n : c.choices) range += fmt::format("{}{}", range.empty() ? "" : "|", n);
+            else range = fmt::format("{}..{}", c.min, c.max);
+            cfg += fmt::format("{}{}{}={}", cfg.empty() ? "" : " ", c.derived ? "(" : "", c.name,
+                               range + (c.derived ? ")" : ""));
+        }
+        if (!cfg.empty()) fmt::print("{:<14} {:<10} {:<5} config: {}\n", "", "", "", cfg);
     }
 }
 
@@ -71,8 +129,15 @@ void run_compile(const CompileOptions& o) {
         d.k = o.k;
         d.experts = o.experts;
         d.topk = o.topk;
-        d.config.block_m = static_cast<uint16_t>(o.block_m);
-        d.config.warps = static_cast<uint8_t>(o.warps);
+        if (!o.weight_format.empty()) d.weight_format = parse_weight_format(o.weight_format);
+        const Family& fam = builtin_families().get(o.family);
+        for (const auto& [name, text] : o.config) {
+            const ConfigField* f = fam.field(name);
+            if (f == nullptr || f->derived)
+                throw InvalidArgument(fmt::format("--{}: family {} has no config field {} (see `kiln jit families`)",
+                                                  flag_name(name), o.family, name));
+            set_config_value(d.config, *f, parse_config_value(*f, text));
+        }
         d.target = choose_target(o.arch);
     }
     cache::Store store(o.store.options());
@@ -115,13 +180,13 @@ void run_compile(const CompileOptions& o) {
 
 }  // namespace
 
-void add_jit_commands(CLI::App& app) {
+void add_jit_command(CLI::App& app) {
     CLI::App* jit = app.add_subcommand("jit", "JIT kernel families and compiles");
     jit->require_subcommand(1);
 
     auto json_fam = std::make_shared<bool>(false);
     CLI::App* fam = jit->add_subcommand("families", "List the registered kernel families");
-    fam->add_flag("--json", *json_fam, "JSON output")->envname("KILN_JSON");
+    add_json_flag(*fam, *json_fam, "JSON output");
     fam->callback([json_fam] { run_families(*json_fam); });
 
     auto o = std::make_shared<CompileOptions>();
@@ -131,18 +196,31 @@ void add_jit_commands(CLI::App& app) {
                   "Target, e.g. sm_90a, or host (default: KILN_TARGET; auto = the device's, else host)")
         ->envname("KILN_JIT_ARCH");
     c->add_option("--mode", o->mode, "Family mode (default: the family's first)")->envname("KILN_JIT_MODE");
-    c->add_option("--m", o->m, "M-bucket")->envname("KILN_JIT_M");
-    c->add_option("--n", o->n, "N")->envname("KILN_JIT_N");
-    c->add_option("--k", o->k, "K")->envname("KILN_JIT_K");
-    c->add_option("--experts", o->experts, "Expert count")->envname("KILN_JIT_EXPERTS");
-    c->add_option("--topk", o->topk, "Experts per token")->envname("KILN_JIT_TOPK");
-    c->add_option("--block-m", o->block_m, "Config: block_m (0 = family default)")->envname("KILN_JIT_BLOCK_M");
-    c->add_option("--warps", o->warps, "Config: warps per CTA (0 = family default)")->envname("KILN_JIT_WARPS");
+    // Descriptor fields are int32; config fields as narrow as the descriptor stores them (a CTA has at
+    // most 32 warps).
+    const int dim_max = std::numeric_limits<int32_t>::max();
+    c->add_option("--m", o->m, "M-bucket")->envname("KILN_JIT_M")->transform(in_range(0, dim_max));
+    c->add_option("--n", o->n, "N")->envname("KILN_JIT_N")->transform(in_range(0, dim_max));
+    c->add_option("--k", o->k, "K")->envname("KILN_JIT_K")->transform(in_range(0, dim_max));
+    c->add_option("--experts", o->experts, "Expert count")->envname("KILN_JIT_EXPERTS")->transform(in_range(0, dim_max));
+    c->add_option("--topk", o->topk, "Experts per token")->envname("KILN_JIT_TOPK")->transform(in_range(0, dim_max));
+    c->add_option("--weight-format", o->weight_format, "Weight format: int4_g32_bf16 or mxfp4_g32_e8m0")
+        ->envname("KILN_JIT_WEIGHT_FORMAT");
+    // Every family's config fields (checked against the chosen family's table: range or choice names).
+    for (const ConfigField* f : all_config_fields()) {
+        const std::string name(f->name), flag = flag_name(f->name);
+        std::string env = "KILN_JIT_" + name;
+        for (char& ch : env) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        c->add_option_function<std::string>(
+             "--" + flag, [o, name](const std::string& v) { o->config[name] = v; },
+             fmt::format("Config: {} ({}; see `kiln jit families`)", name, f->help))
+            ->envname(env);
+    }
     c->add_option("--descriptor", o->descriptor, "A full descriptor in canonical text form (overrides the above)")
         ->envname("KILN_JIT_DESCRIPTOR");
-    cache::add_store_flags(*c, o->store);
-    c->add_flag("--json", o->json, "JSON output")->envname("KILN_JSON");
+    add_store_flags(*c, o->store);
+    add_json_flag(*c, o->json, "JSON output");
     c->callback([o] { run_compile(*o); });
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::cli
