@@ -28,7 +28,7 @@ Json parse_json_object(std::string_view body, int max_depth) {
             true, false);
     } catch (const TooDeep&) {
         throw ApiError::bad_request(fmt::format("invalid JSON body: nested deeper than {} levels", max_depth));
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
         std::string what = e.what();
         // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
         if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception", 0) == 0)
