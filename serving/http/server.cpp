@@ -102,7 +102,8 @@ struct Server::Impl {
         // Internal failures are errors; refusals (4xx, 503 not ready / draining) are routine.
         if (e.status() >= 500 && e.status() != 503)
             log::error("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
-        else log::info("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
+        else
+            log::info("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
     }
 
     // Runs a handler with every exception turned into an OpenAI error.
@@ -115,7 +116,8 @@ struct Server::Impl {
         } catch (const InvalidRequest& e) {
             send_error(res, ApiError(400, e.what(), e.param()), req);
         } catch (const Overloaded& e) {
-            send_error(res, ApiError(429, fmt::format("the server is overloaded: {}", e.what()), {}, "queue_full"), req);
+            send_error(res, ApiError(429, fmt::format("the server is overloaded: {}", e.what()), {}, "queue_full"),
+                       req);
         } catch (const Unavailable& e) {
             send_error(res, ApiError(503, e.what(), {}, "unavailable"), req);
         } catch (const InvalidArgument& e) {
@@ -127,16 +129,6 @@ struct Server::Impl {
         } catch (...) {
             send_error(res, ApiError(500, "internal error"), req);
         }
-    }
-
-    RequestLimits limits() const {
-        RequestLimits l;
-        l.max_n = opt.max_n;
-        l.max_logprobs = opt.max_logprobs;
-        l.max_prompts = opt.max_prompts;
-        l.max_prompt_tokens = opt.max_prompt_tokens;
-        l.prompt_tokens_details = opt.prompt_tokens_details;
-        return l;
     }
 
     Engine& ready_engine() {
@@ -166,8 +158,7 @@ struct Server::Impl {
         const std::string rid = request_id_of(req);
         res.set_header("X-Request-Id", rid);
 
-        PreparedGeneration g =
-            prepare_generation(api, parse_json_object(body), model, limits(), rid, arrival);
+        PreparedGeneration g = prepare_generation(api, parse_json_object(body), model, opt.limits, rid, arrival);
         const ApiRequest& ar = g.request;
         const ResponseContext& ctx = g.response;
 
@@ -233,8 +224,8 @@ struct Server::Impl {
                         log::error("http: POST {}: request {}: {}", st->path, st->rid, failure->what());
                         write(StreamEncoder::error(*failure));
                     } else if (status == GenerationJob::Status::cancelled) {
-                        write(StreamEncoder::error(
-                            ApiError(503, "the server is shutting down; the request was cancelled", {}, "shutting_down")));
+                        write(StreamEncoder::error(ApiError(
+                            503, "the server is shutting down; the request was cancelled", {}, "shutting_down")));
                     } else if (status == GenerationJob::Status::client_gone) {
                         log::info("http: POST {}: the client disconnected; request {} cancelled", st->path, st->rid);
                         return false;
@@ -270,20 +261,20 @@ struct Server::Impl {
             res.set_header("Connection", "close");  // the body was not read
             return httplib::Server::HandlerResponse::Handled;
         });
-        http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                            httplib::Response& res) {
-            if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-            std::string msg;
-            switch (res.status) {
-                case 404: msg = fmt::format("Invalid URL ({} {})", req.method, req.path); break;
-                case 413: msg = fmt::format("the request body is larger than {} bytes", opt.max_body_bytes); break;
-                case 414: msg = "the request URI is too long"; break;
-                case 400: msg = "malformed HTTP request"; break;
-                default: msg = fmt::format("HTTP error {}", res.status); break;
-            }
-            res.set_content(ApiError(res.status, msg).body(), json_type);
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+        http.set_error_handler(
+            httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+                if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+                std::string msg;
+                switch (res.status) {
+                    case 404: msg = fmt::format("Invalid URL ({} {})", req.method, req.path); break;
+                    case 413: msg = fmt::format("the request body is larger than {} bytes", opt.max_body_bytes); break;
+                    case 414: msg = "the request URI is too long"; break;
+                    case 400: msg = "malformed HTTP request"; break;
+                    default: msg = fmt::format("HTTP error {}", res.status); break;
+                }
+                res.set_content(ApiError(res.status, msg).body(), json_type);
+                return httplib::Server::HandlerResponse::Handled;
+            }));
         // One access line per answered request (info level: KILN_LOG_LEVEL=info shows them).
         http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
             log::info("http: {}:{} \"{} {}\" {}", req.remote_addr, req.remote_port, req.method, req.path, res.status);
@@ -364,11 +355,11 @@ struct Server::Impl {
             });
             if (too_big || !complete) {
                 res.set_header("Connection", "close");  // the rest of the body is not read
-                send_error(res,
-                           too_big ? ApiError(413, fmt::format("the request body is larger than {} bytes",
-                                                               opt.max_body_bytes))
-                                   : ApiError(400, "the request body could not be read"),
-                           req);
+                send_error(
+                    res,
+                    too_big ? ApiError(413, fmt::format("the request body is larger than {} bytes", opt.max_body_bytes))
+                            : ApiError(400, "the request body could not be read"),
+                    req);
                 return;
             }
             guarded(req, res, [&] { handler(req, body, res); });
@@ -437,13 +428,13 @@ void Server::start() {
         int yes = 1;
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
-    s.bound_port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host) : (s.http.bind_to_port(s.opt.host, s.opt.port)
-                                                                                 ? s.opt.port
-                                                                                 : -1);
+    s.bound_port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host)
+                                   : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
     if (s.bound_port < 0)
-        throw IoError(fmt::format("cannot listen on {}:{} (address in use, not permitted, or not an address of "
-                                  "this machine)",
-                                  s.opt.host, s.opt.port));
+        throw IoError(
+            fmt::format("cannot listen on {}:{} (address in use, not permitted, or not an address of "
+                        "this machine)",
+                        s.opt.host, s.opt.port));
     s.started = true;
     s.listener = std::thread([&s] {
         s.http.listen_after_bind();

@@ -173,8 +173,8 @@ TEST_CASE("/tokenize and /detokenize in vLLM's shapes") {
 TEST_CASE("generation requests are validated first, then answered 503 until a model is ready") {
     Running s;
     httplib::Client& c = *s.client;
-    auto r = c.Post("/v1/chat/completions", httplib::Headers{{"X-Request-Id", "abc-123"}}, chat_body,
-                    "application/json");
+    auto r =
+        c.Post("/v1/chat/completions", httplib::Headers{{"X-Request-Id", "abc-123"}}, chat_body, "application/json");
     check_error(r, 503, "", "model_not_ready");
     CHECK(r->get_header_value("X-Request-Id") == "abc-123");
     CHECK(r->get_header_value("Retry-After") == "1");
@@ -187,8 +187,7 @@ TEST_CASE("generation requests are validated first, then answered 503 until a mo
     check_error(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_p": 2})",
                        "application/json"),
                 400, "top_p");
-    check_error(c.Post("/v1/completions", R"({"prompt": "hi", "logprobs": 50})", "application/json"), 400,
-                "logprobs");
+    check_error(c.Post("/v1/completions", R"({"prompt": "hi", "logprobs": 50})", "application/json"), 400, "logprobs");
     check_error(c.Post("/v1/completions", R"({"prompt": "hi", "model": "gpt-4"})", "application/json"), 404, "model",
                 "model_not_found");
     check_error(c.Post("/v1/completions", R"({"prompt": "hi",)", "application/json"), 400, "");
@@ -244,9 +243,11 @@ TEST_CASE("request bodies over the limit get 413 and the server carries on") {
     CHECK(body_of(r)["error"]["message"] == "the request body is larger than 2048 bytes");
     // Chunked bodies are limited too. The server stops reading at the limit, so its answer may be
     // lost to the reset that closing with unread data causes; it is never a success.
-    const std::string chunked = raw_exchange(
-        s.server.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                         "Content-Type: application/json\r\n\r\n1000\r\n" + std::string(4096, 'a') + "\r\n0\r\n\r\n");
+    const std::string chunked =
+        raw_exchange(s.server.port(),
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     "Content-Type: application/json\r\n\r\n1000\r\n" +
+                         std::string(4096, 'a') + "\r\n0\r\n\r\n");
     CAPTURE(chunked);
     CHECK((chunked.empty() || chunked.rfind("HTTP/1.1 413", 0) == 0));
     // Under the limit, chunked bodies are read whole.
@@ -266,9 +267,11 @@ TEST_CASE("malformed HTTP never brings the server down") {
     CHECK(raw_exchange(port, "garbage\r\n").rfind("HTTP/1.1 400", 0) == 0);
     CHECK(raw_exchange(port, "GET /health\r\n").rfind("HTTP/1.1 400", 0) == 0);
     raw_exchange(port, "", Read::half_close);
-    raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro", Read::half_close);  // body cut short
+    raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro",
+                 Read::half_close);  // body cut short
     raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n", Read::half_close);
-    raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", Read::half_close);
+    raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                 Read::half_close);
     raw_exchange(port, std::string(100000, 'A'), Read::half_close);
     raw_exchange(port, "GET /" + std::string(20000, 'x') + " HTTP/1.1\r\n\r\n", Read::half_close);
     raw_exchange(port, "GET /health HTTP/1.1\r\n" + std::string(10000, 'h') + ": v\r\n\r\n", Read::half_close);
@@ -303,4 +306,3 @@ TEST_CASE("drain stops the server; binding a taken port fails cleanly") {
     CHECK_FALSE(after.Get("/version"));
     s.reset();  // destroying a stopped server is fine
 }
-

@@ -126,26 +126,25 @@ TEST_CASE("latency histograms use vLLM's buckets") {
     ServingMetrics m(4096);
     m.observe_ttft(0.001);  // on a bound: counted in that bucket
     m.observe_ttft(0.0011);
-    m.observe_ttft(5000);   // above every bound: only +Inf
+    m.observe_ttft(5000);  // above every bound: only +Inf
     m.observe_inter_token(0.02);
     const std::string text = m.render("m", EngineStats{});
     const std::string ttft = family(text, "kiln:time_to_first_token_seconds");
     CHECK(bounds_of(ttft) == ttft_buckets());
-    CHECK(ttft_buckets() == std::vector<double>{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,
-                                                2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560});
+    CHECK(ttft_buckets() == std::vector<double>{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                                1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560});
     CHECK(ttft.find("le=\"0.001\"} 1\n") != std::string::npos);
     CHECK(ttft.find("le=\"0.005\"} 2\n") != std::string::npos);
     CHECK(ttft.find("le=\"2560\"} 2\n") != std::string::npos);
     CHECK(ttft.find("le=\"+Inf\"} 3\n") != std::string::npos);
     CHECK(ttft.find("kiln:time_to_first_token_seconds_count{model_name=\"m\"} 3\n") != std::string::npos);
     CHECK(bounds_of(family(text, "kiln:inter_token_latency_seconds")) == inter_token_buckets());
-    CHECK(inter_token_buckets() == std::vector<double>{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-                                                       1, 2.5, 5, 7.5, 10, 20, 40, 80});
+    CHECK(inter_token_buckets() == std::vector<double>{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1,
+                                                       2.5, 5, 7.5, 10, 20, 40, 80});
     CHECK(bounds_of(family(text, "kiln:e2e_request_latency_seconds")) == e2e_buckets());
-    CHECK(e2e_buckets() == std::vector<double>{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240,
-                                               480, 960, 1920, 7680});
-    CHECK(one_two_five_buckets(4096) ==
-          std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000});
+    CHECK(e2e_buckets() == std::vector<double>{0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
+                                               30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680});
+    CHECK(one_two_five_buckets(4096) == std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000});
     CHECK(one_two_five_buckets(1) == std::vector<double>{1});
 }
 
@@ -160,7 +159,8 @@ TEST_CASE("every line is well-formed Prometheus text and histograms are cumulati
     std::istringstream in(text);
     std::string line;
     const std::regex comment(R"(# (HELP|TYPE) kiln:[a-z0-9_:]+ .+)");
-    const std::regex sample(R"~(kiln:[a-z0-9_:]+\{model_name="we\\"ird\\\\name\\n"(,[a-z_]+="[^"]*")*\} [-+0-9.eInf]+)~");
+    const std::regex sample(
+        R"~(kiln:[a-z0-9_:]+\{model_name="we\\"ird\\\\name\\n"(,[a-z_]+="[^"]*")*\} [-+0-9.eInf]+)~");
     std::map<std::string, uint64_t> last;  // per histogram: the previous cumulative count
     size_t samples = 0;
     while (std::getline(in, line)) {

@@ -58,12 +58,19 @@ TEST_CASE("a chat stream is framed exactly as OpenAI frames it") {
     wire += enc.event(0, tokens({H, i_}, "Hi"));
     wire += enc.event(0, finish(FinishReason::stop));
     wire += enc.end();
-    CHECK(wire ==
-          chat_head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})" "\n\n" +
-              chat_head + R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})" "\n\n"
-              "data: [DONE]\n\n");
+    CHECK(wire == chat_head +
+                      R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})"
+                      "\n\n"
+                      "data: [DONE]\n\n");
     CHECK(enc.usage().completion_tokens == 2);
 }
 
@@ -75,9 +82,14 @@ TEST_CASE("chat streams: no usage unless asked, held-back text sends nothing, th
     wire += enc.event(0, finish(FinishReason::length, {bang}, "\xc3\xa9!"));
     wire += enc.end();
     CHECK(wire ==
-          chat_head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{"content":"H"},"finish_reason":null}]})" "\n\n" +
-              chat_head + "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xc3\xa9!\"},\"finish_reason\":\"length\"}]}\n\n"
+          chat_head +
+              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
+              "\n\n" +
+              chat_head +
+              R"("choices":[{"index":0,"delta":{"content":"H"},"finish_reason":null}]})"
+              "\n\n" +
+              chat_head +
+              "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xc3\xa9!\"},\"finish_reason\":\"length\"}]}\n\n"
               "data: [DONE]\n\n");
     CHECK(enc.usage().completion_tokens == 3);
     CHECK(enc.usage().prompt_tokens == 9);
@@ -93,15 +105,28 @@ TEST_CASE("chat streams with n = 2: a role chunk per choice, chunks tagged by in
     wire += enc.event(1, finish(FinishReason::stop, {}, "", 1));
     wire += enc.event(0, finish(FinishReason::length, {bang}, "!"));
     wire += enc.end();
-    CHECK(wire ==
-          chat_head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":1,"delta":{"role":"assistant","content":""},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":1,"delta":{"content":"i"},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{"content":"H"},"finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":1,"delta":{},"finish_reason":"stop"}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{"content":"!"},"finish_reason":"length"}]})" "\n\n" +
-              chat_head + R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}})" "\n\n"
-              "data: [DONE]\n\n");
+    CHECK(wire == chat_head +
+                      R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":1,"delta":{"role":"assistant","content":""},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":1,"delta":{"content":"i"},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":0,"delta":{"content":"H"},"finish_reason":null}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":1,"delta":{},"finish_reason":"stop"}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[{"index":0,"delta":{"content":"!"},"finish_reason":"length"}]})"
+                      "\n\n" +
+                      chat_head +
+                      R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}})"
+                      "\n\n"
+                      "data: [DONE]\n\n");
 }
 
 TEST_CASE("chat logprobs: content entries with token, logprob, bytes and top_logprobs") {
@@ -115,17 +140,22 @@ TEST_CASE("chat logprobs: content entries with token, logprob, bytes and top_log
     wire += enc.event(0, e);
     GenerationEvent last = finish(FinishReason::stop);
     wire += enc.event(0, last);
-    CHECK(wire ==
-          chat_head +
-              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})"
-              "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{"content":"H"},"logprobs":{"content":[)"
-                          R"({"token":"H","logprob":-0.1,"bytes":[72],"top_logprobs":[)"
-                          R"({"token":"H","logprob":-0.1,"bytes":[72]},{"token":"i","logprob":-2.5,"bytes":[105]}]},)"
-                          "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-9999.0,\"bytes\":[195],\"top_logprobs\":["
-                          R"({"token":"H","logprob":-0.5,"bytes":[72]},{"token":"i","logprob":-1.25,"bytes":[105]}]}]},)"
-                          R"("finish_reason":null}]})" "\n\n" +
-              chat_head + R"("choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]})" "\n\n");
+    CHECK(
+        wire ==
+        chat_head +
+            R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})"
+            "\n\n" +
+            chat_head +
+            R"("choices":[{"index":0,"delta":{"content":"H"},"logprobs":{"content":[)"
+            R"({"token":"H","logprob":-0.1,"bytes":[72],"top_logprobs":[)"
+            R"({"token":"H","logprob":-0.1,"bytes":[72]},{"token":"i","logprob":-2.5,"bytes":[105]}]},)"
+            "{\"token\":\"\xef\xbf\xbd\",\"logprob\":-9999.0,\"bytes\":[195],\"top_logprobs\":["
+            R"({"token":"H","logprob":-0.5,"bytes":[72]},{"token":"i","logprob":-1.25,"bytes":[105]}]}]},)"
+            R"("finish_reason":null}]})"
+            "\n\n" +
+            chat_head +
+            R"("choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]})"
+            "\n\n");
 
     ResponseAccumulator acc(ctx);
     acc.event(0, e);
@@ -147,11 +177,16 @@ TEST_CASE("a completions stream has no role chunk and carries text with logprobs
     wire += enc.event(0, tokens({H, i_}, "Hi"));
     wire += enc.event(0, finish(FinishReason::length, {bang}, "!"));
     wire += enc.end();
-    CHECK(wire ==
-          cmpl_head + R"("choices":[{"index":0,"text":"Hi","logprobs":null,"finish_reason":null}]})" "\n\n" +
-              cmpl_head + R"("choices":[{"index":0,"text":"!","logprobs":null,"finish_reason":"length"}]})" "\n\n" +
-              cmpl_head + R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}})" "\n\n"
-              "data: [DONE]\n\n");
+    CHECK(wire == cmpl_head +
+                      R"("choices":[{"index":0,"text":"Hi","logprobs":null,"finish_reason":null}]})"
+                      "\n\n" +
+                      cmpl_head +
+                      R"("choices":[{"index":0,"text":"!","logprobs":null,"finish_reason":"length"}]})"
+                      "\n\n" +
+                      cmpl_head +
+                      R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}})"
+                      "\n\n"
+                      "data: [DONE]\n\n");
 }
 
 TEST_CASE("completions logprobs: text_offset, token_logprobs, tokens and top_logprobs with the chosen token") {
@@ -166,10 +201,12 @@ TEST_CASE("completions logprobs: text_offset, token_logprobs, tokens and top_log
     const std::string first = enc.event(0, a), second = enc.event(0, b);
     CHECK(first == cmpl_head + R"("choices":[{"index":0,"text":"Hi","logprobs":{"text_offset":[0,1],)"
                                R"("token_logprobs":[-0.5,-0.25],"tokens":["H","i"],)"
-                               R"("top_logprobs":[{"i":-1.25,"H":-0.5},{"i":-0.25}]},"finish_reason":null}]})" "\n\n");
+                               R"("top_logprobs":[{"i":-1.25,"H":-0.5},{"i":-0.25}]},"finish_reason":null}]})"
+                               "\n\n");
     CHECK(second == cmpl_head + R"("choices":[{"index":0,"text":"!","logprobs":{"text_offset":[2],)"
                                 R"("token_logprobs":[-2.0],"tokens":["!"],"top_logprobs":[{"H":-0.75,"!":-2.0}]},)"
-                                R"("finish_reason":"stop"}]})" "\n\n");
+                                R"("finish_reason":"stop"}]})"
+                                "\n\n");
 
     ResponseAccumulator acc(ctx);
     acc.event(0, a);
@@ -219,14 +256,16 @@ TEST_CASE("continuous usage stats put the running totals on every chunk") {
     StreamEncoder enc(ctx);
     CHECK(enc.event(0, tokens({H}, "H")) ==
           cmpl_head + R"("choices":[{"index":0,"text":"H","logprobs":null,"finish_reason":null}],)"
-                      R"("usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}})" "\n\n");
+                      R"("usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}})"
+                      "\n\n");
     CHECK(enc.end() == "data: [DONE]\n\n");
 }
 
 TEST_CASE("errors after the 200 are an error event, then [DONE]") {
     CHECK(StreamEncoder::error(ApiError(503, "the server is shutting down", {}, "shutting_down")) ==
           R"(data: {"error":{"message":"the server is shutting down","type":"server_error","param":null,)"
-          R"("code":"shutting_down"}})" "\n\ndata: [DONE]\n\n");
+          R"("code":"shutting_down"}})"
+          "\n\ndata: [DONE]\n\n");
 }
 
 TEST_CASE("ids and the models card") {
