@@ -97,12 +97,12 @@ void run_families(bool json) {
         fmt::print("{}\n", out.dump(2));
         return;
     }
-    fmt::print("{:<14} {:<10} {:<5} {}\n", "FAMILY", "MODES", "HOST", "DESCRIPTION");
+    fmt::print("{:<24} {:<8} {:<5} {}\n", "FAMILY", "MODES", "HOST", "DESCRIPTION");
     for (const Family* f : fams) {
         std::string modes;
         for (const auto& m : f->modes()) modes += (modes.empty() ? "" : ",") + m;
-        fmt::print("{:<14} {:<10} {:<5} {}\n", f->name(), modes, f->has_host_source() ? "yes" : "no", f->summary());
-        fmt::print("{:<14} {:<10} {:<5} bakes in: {}\n", "", "", "", f->dims());
+        fmt::print("{:<24} {:<8} {:<5} {}\n", f->name(), modes, f->has_host_source() ? "yes" : "no", f->summary());
+        fmt::print("{:<24} {:<8} {:<5} bakes in: {}\n", "", "", "", f->dims());
         std::string cfg;
         for (const ConfigField& c : f->config_fields()) {
             std::string range;
@@ -112,7 +112,7 @@ void run_families(bool json) {
             cfg += fmt::format("{}{}{}={}", cfg.empty() ? "" : " ", c.derived ? "(" : "", c.name,
                                range + (c.derived ? ")" : ""));
         }
-        if (!cfg.empty()) fmt::print("{:<14} {:<10} {:<5} config: {}\n", "", "", "", cfg);
+        if (!cfg.empty()) fmt::print("{:<24} {:<8} {:<5} config: {}\n", "", "", "", cfg);
     }
 }
 
