@@ -13,7 +13,7 @@ using runtime::DType;
 using runtime::Location;
 
 static constexpr ConfigField k_fields[] = {
-    KILN_CONFIG_FIELD(MoeRoutingConfig, block_m, 1, 1024, "rows each expert is padded to (default 64)"),
+    KILN_CONFIG_FIELD(MoeRoutingConfig, block_m, 0, 1024, "rows each expert is padded to (0: 64)"),
     KILN_CONFIG_FIELD(MoeRoutingConfig, warps, 0, 32, "warps of the CTA (device; default from the experts)"),
 };
 

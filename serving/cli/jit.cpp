@@ -6,6 +6,7 @@
 //       compiles one descriptor into the user kernel cache (no GPU needed; --arch defaults to the
 //       device's target) and prints its content key; when it is already cached, says "cache hit".
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -46,6 +47,25 @@ std::string flag_name(std::string_view field) {
     for (char& c : f)
         if (c == '_') c = '-';
     return f;
+}
+
+// A config field's value from its flag, with the flag's error format ("--warps: 257 is out of range [0, 32]").
+int64_t config_flag_value(const std::string& flag, const ConfigField& f, const std::string& text) {
+    if (!f.choices.empty()) {
+        std::string names;
+        for (auto n : f.choices) {
+            if (n == text) return &n - f.choices.data();
+            names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
+        }
+        throw InvalidArgument(fmt::format("{}: '{}' is not one of {}", flag, text, names));
+    }
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc::result_out_of_range || (ec == std::errc() && p == text.data() + text.size() && (v < f.min || v > f.max)))
+        throw InvalidArgument(fmt::format("{}: {} is out of range [{}, {}]", flag, text, f.min, f.max));
+    if (ec != std::errc() || p != text.data() + text.size() || text.empty())
+        throw InvalidArgument(fmt::format("{}: '{}' is not an integer", flag, text));
+    return v;
 }
 
 // Every settable config field of the registered families, once per name (first family's help).
@@ -133,10 +153,11 @@ void run_compile(const CompileOptions& o) {
         const Family& fam = builtin_families().get(o.family);
         for (const auto& [name, text] : o.config) {
             const ConfigField* f = fam.field(name);
+            const std::string flag = "--" + flag_name(name);
             if (f == nullptr || f->derived)
-                throw InvalidArgument(fmt::format("--{}: family {} has no config field {} (see `kiln jit families`)",
-                                                  flag_name(name), o.family, name));
-            set_config_value(d.config, *f, parse_config_value(*f, text));
+                throw InvalidArgument(fmt::format("{}: family {} has no config field {} (see `kiln jit families`)", flag,
+                                                  o.family, name));
+            set_config_value(d.config, *f, config_flag_value(flag, *f, text));
         }
         d.target = choose_target(o.arch);
     }

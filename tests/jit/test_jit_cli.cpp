@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jit/family.hpp"
 #include "tests/common/cli_runner.hpp"
 
 using kiln::test::slurp_file;
@@ -29,9 +30,19 @@ TEST_CASE("kiln jit families lists the built-in families") {
     Run j = sb.kiln("jit families --json");
     REQUIRE(j.rc == 0);
     auto fams = nlohmann::json::parse(j.out);
-    REQUIRE(fams.size() == 3);
+    REQUIRE(fams.size() == kiln::jit::builtin_families().list().size());
     CHECK(fams[0]["family"] == "dequant_gemv");
     CHECK(fams[1]["modes"][0] == "indexed");
+    // every family's named config fields, with their ranges
+    bool decode = false;
+    for (const auto& f : fams)
+        if (f["family"] == "moe_w4a16_decode") {
+            decode = true;
+            CHECK(f["config"][0]["name"] == "matrix");
+            CHECK(f["config"][0]["choices"][1] == "down");
+            CHECK(f["device_only"] == false);
+        }
+    CHECK(decode);
 }
 
 TEST_CASE("kiln jit compile: first run compiles, second is a cache hit with the same key and no NVRTC") {
