@@ -143,7 +143,8 @@ public:
         if (opts.strict)
             throw ConfigError(fmt::format("{}: unknown field{} (strict mode)", join(unknown, ", "),
                                           unknown.size() > 1 ? "s" : ""));
-        log::warn("config: ignoring unknown field{} {}", unknown.size() > 1 ? "s" : "", join(unknown, ", "));
+        if (!opts.quiet)
+            log::warn("config: ignoring unknown field{} {}", unknown.size() > 1 ? "s" : "", join(unknown, ", "));
     }
 
 private:

@@ -118,6 +118,7 @@ struct ModelConfig {
 
 struct ParseOptions {
     bool strict = false;  // refuse unknown keys instead of warning about them
+    bool quiet = false;   // no warning for unknown keys (a second reader of a file already parsed)
 };
 
 ModelConfig parse_config(const nlohmann::json& j, const ParseOptions& opts = {});
