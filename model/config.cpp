@@ -28,6 +28,13 @@ const std::set<std::string> kIgnoredKeys = {
     "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type",
 };
 
+// Integers the parser accepts before the per-field ranges of validate(): nothing wraps when narrowed to int,
+// and products of two stay far inside int64.
+constexpr int64_t kMaxIntField = int64_t(1) << 30;
+constexpr int64_t kMaxTokenId = (int64_t(1) << 32) - 1;
+constexpr int64_t kMinContext = 2;
+constexpr int64_t kMaxContext = int64_t(1) << 40;
+
 // Reads fields of one JSON object, naming `path.key` in every error and remembering which keys it saw.
 class Fields {
 public:
@@ -65,28 +72,32 @@ public:
         return s.size() > 60 ? s.substr(0, 57) + "..." : s;
     }
 
-    int64_t as_int(const std::string& key, const json& v) const {
-        if (v.is_number_integer()) return v.get<int64_t>();
-        if (v.is_number_float()) {
-            double d = v.get<double>();
-            if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
+    // An integer (or a float with an integral value) in [lo, hi], checked before any narrowing. `key` may
+    // carry an index ("kda_layers[3]").
+    int64_t int_in(const std::string& key, const json& v, int64_t lo, int64_t hi) const {
+        auto out_of_range = [&] { fail(key, fmt::format("{} is out of range [{}, {}]", show(v), lo, hi)); };
+        if (v.is_number_unsigned()) {
+            if (v.get<uint64_t>() > uint64_t(hi)) out_of_range();
+        } else if (v.is_number_float()) {
+            const double d = v.get<double>();
+            if (!std::isfinite(d) || d != std::floor(d)) fail(key, fmt::format("expected an integer, got {}", show(v)));
+            if (d < double(lo) || d > double(hi)) out_of_range();
+            return int64_t(d);
+        } else if (!v.is_number_integer()) {
+            fail(key, fmt::format("expected an integer, got {}", show(v)));
         }
-        fail(key, fmt::format("expected an integer, got {}", show(v)));
+        const int64_t x = v.get<int64_t>();
+        if (x < lo || x > hi) out_of_range();
+        return x;
     }
-    int positive_int(const std::string& key) {
-        int64_t x = as_int(key, need(key));
-        if (x <= 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a positive integer, got {}", x));
-        return int(x);
-    }
+    int positive_int(const std::string& key) { return int(int_in(key, need(key), 1, kMaxIntField)); }
     int nonneg_int(const std::string& key, std::optional<int> fallback = std::nullopt) {
         const json* v = find(key);
         if (!v) {
             if (fallback) return *fallback;
             fail(key, "missing");
         }
-        int64_t x = as_int(key, *v);
-        if (x < 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a non-negative integer, got {}", x));
-        return int(x);
+        return int(int_in(key, *v, 0, kMaxIntField));
     }
     std::optional<int> optional_positive_int(const std::string& key) {
         if (!find(key)) return std::nullopt;
@@ -95,9 +106,20 @@ public:
     std::optional<int64_t> optional_token_id(const std::string& key) {
         const json* v = find(key);
         if (!v) return std::nullopt;
-        int64_t x = as_int(key, *v);
-        if (x < 0) fail(key, fmt::format("expected a token id ≥ 0, got {}", x));
-        return x;
+        return int_in(key, *v, 0, kMaxTokenId);
+    }
+    // eos_token_id: one id or a list of them (errors name the element, "eos_token_id[1]").
+    std::optional<std::vector<int64_t>> optional_token_ids(const std::string& key) {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        std::vector<int64_t> ids;
+        if (!v->is_array()) {
+            ids.push_back(int_in(key, *v, 0, kMaxTokenId));
+            return ids;
+        }
+        for (size_t i = 0; i < v->size(); ++i)
+            ids.push_back(int_in(fmt::format("{}[{}]", key, i), (*v)[i], 0, kMaxTokenId));
+        return ids;
     }
     bool boolean(const std::string& key, std::optional<bool> fallback = std::nullopt) {
         const json* v = find(key);
@@ -108,12 +130,14 @@ public:
         if (!v->is_boolean()) fail(key, fmt::format("expected true or false, got {}", show(*v)));
         return v->get<bool>();
     }
+    // A number that is finite as a float (1e39 is finite in JSON but not in fp32).
     std::optional<float> optional_number(const std::string& key) {
         const json* v = find(key);
         if (!v) return std::nullopt;
         if (!v->is_number()) fail(key, fmt::format("expected a number, got {}", show(*v)));
         double d = v->get<double>();
-        if (!std::isfinite(d)) fail(key, fmt::format("expected a finite number, got {}", show(*v)));
+        if (!std::isfinite(d) || !std::isfinite(float(d)))
+            fail(key, fmt::format("expected a finite number, got {}", show(*v)));
         return float(d);
     }
     float number(const std::string& key, std::optional<float> fallback = std::nullopt) {
@@ -153,13 +177,21 @@ private:
     std::set<std::string> used_;
 };
 
-std::vector<int> layer_list(Fields& f, const std::string& key) {
+// A list of 1-based layer numbers, each in 1..num_layers (checked before narrowing: 4294967297 is not 1).
+std::vector<int> layer_list(Fields& f, const std::string& key, int num_layers) {
     const json& v = f.need(key);
     if (!v.is_array()) f.fail(key, fmt::format("expected a list of 1-based layer numbers, got {}", Fields::show(v)));
     std::vector<int> out;
-    for (const auto& e : v) {
-        if (!e.is_number_integer()) f.fail(key, fmt::format("expected integers, got {}", Fields::show(e)));
-        out.push_back(int(e.get<int64_t>()));
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string elem = fmt::format("{}[{}]", key, i);
+        if (!v[i].is_number_integer()) f.fail(elem, fmt::format("expected an integer, got {}", Fields::show(v[i])));
+        const bool in_range = v[i].is_number_unsigned()
+                                  ? v[i].get<uint64_t>() >= 1 && v[i].get<uint64_t>() <= uint64_t(num_layers)
+                                  : v[i].get<int64_t>() >= 1 && v[i].get<int64_t>() <= num_layers;
+        if (!in_range)
+            f.fail(elem, fmt::format("layer {} is outside 1..{} (the lists are 1-based)", Fields::show(v[i]),
+                                     num_layers));
+        out.push_back(int(v[i].get<int64_t>()));
     }
     return out;
 }
@@ -222,48 +254,70 @@ void check(bool ok, const std::string& field, const std::string& why) {
 
 std::string text_prefix(const ModelConfig& c) { return c.layout == TensorLayout::k3 ? "text_config." : ""; }
 
+// Per-field ranges: generous bounds around every published Kimi model, tight enough that no product of
+// dims or position count overflows and no nonsense value (a 0-position context, an infinite eps) passes.
+constexpr int64_t kMaxHidden = int64_t(1) << 17;      // hidden_size, routed_expert_hidden_size, LoRA ranks
+constexpr int64_t kMaxLayers = 4096;                   // num_hidden_layers
+constexpr int64_t kMaxVocab = int64_t(1) << 26;        // vocab_size
+constexpr int64_t kMaxHeads = 4096;                    // KDA / MLA heads
+constexpr int64_t kMaxHeadDim = 4096;                  // KDA head_dim, MLA qk_nope / qk_rope / v head dims
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20; // intermediate_size, moe_intermediate_size
+constexpr int64_t kMaxExperts = int64_t(1) << 16;      // num_experts
+constexpr int64_t kMaxSharedExperts = 256;             // num_shared_experts
+constexpr int64_t kMaxBlock = 4096;                    // attn_res_block_size
+constexpr double kMaxScale = 1e4;                      // routed_scaling_factor, SiTU betas
+constexpr double kMinGateLowerBound = -100.0;          // exp(-100) per step is already no memory at all
+
+void range(int64_t v, int64_t lo, int64_t hi, const std::string& field) {
+    check(v >= lo && v <= hi, field, fmt::format("{} is out of range [{}, {}]", v, lo, hi));
+}
+
+// lo < v <= hi (open below) or lo <= v < hi (open above), finite.
+void range_f(float v, double lo, double hi, bool open_lo, bool open_hi, const std::string& field) {
+    const bool ok = std::isfinite(v) && (open_lo ? v > lo : v >= lo) && (open_hi ? v < hi : v <= hi);
+    check(ok, field, fmt::format("{} is out of range {}{}, {}{}", v, open_lo ? "(" : "[", lo, hi, open_hi ? ")" : "]"));
+}
+
 void validate(const ModelConfig& c, const std::string& p) {
-    check(c.hidden_size > 0, p + "hidden_size", "must be positive");
-    check(c.num_layers > 0, p + "num_hidden_layers", "must be positive");
-    check(c.vocab_size > 0, p + "vocab_size", "must be positive");
-    check(c.rms_norm_eps > 0.0f, p + "rms_norm_eps", "must be positive");
+    range(c.hidden_size, 1, kMaxHidden, p + "hidden_size");
+    range(c.num_layers, 1, kMaxLayers, p + "num_hidden_layers");
+    range(c.vocab_size, 1, kMaxVocab, p + "vocab_size");
+    range_f(c.rms_norm_eps, 0.0, 1.0, true, false, p + "rms_norm_eps");
+    if (c.max_position_embeddings != 0)  // 0: the config does not say
+        range(c.max_position_embeddings, kMinContext, kMaxContext, p + "max_position_embeddings");
     check(int(c.layer_kinds.size()) == c.num_layers, p + "linear_attn_config",
           fmt::format("layer lists cover {} layers, num_hidden_layers is {}", c.layer_kinds.size(), c.num_layers));
 
     const std::string la = p + "linear_attn_config.";
     if (c.num_kda_layers() > 0) {
-        check(c.kda.num_heads > 0, la + "num_heads", "must be positive");
-        check(c.kda.head_dim > 0, la + "head_dim", "must be positive");
-        check(c.kda.conv_size >= 1 && c.kda.conv_size <= 16, la + "short_conv_kernel_size",
-              fmt::format("{} is out of range [1, 16]", c.kda.conv_size));
+        range(c.kda.num_heads, 1, kMaxHeads, la + "num_heads");
+        range(c.kda.head_dim, 1, kMaxHeadDim, la + "head_dim");
+        range(c.kda.conv_size, 1, 16, la + "short_conv_kernel_size");
     }
     if (c.kda.gate_lower_bound)
-        check(*c.kda.gate_lower_bound < 0.0f, la + "gate_lower_bound",
-              fmt::format("must be negative, got {}", *c.kda.gate_lower_bound));
+        range_f(*c.kda.gate_lower_bound, kMinGateLowerBound, 0.0, false, true, la + "gate_lower_bound");
 
     if (c.num_mla_layers() > 0) {
-        check(c.mla.num_heads > 0, p + "num_attention_heads", "must be positive");
-        check(c.mla.kv_lora_rank > 0, p + "kv_lora_rank", "must be positive");
-        check(c.mla.qk_nope_head_dim > 0, p + "qk_nope_head_dim", "must be positive");
-        check(c.mla.qk_rope_head_dim >= 0, p + "qk_rope_head_dim", "must not be negative");
-        check(c.mla.v_head_dim > 0, p + "v_head_dim", "must be positive");
-        check(!c.mla.q_lora_rank || *c.mla.q_lora_rank > 0, p + "q_lora_rank", "must be positive or null");
+        range(c.mla.num_heads, 1, kMaxHeads, p + "num_attention_heads");
+        if (c.mla.q_lora_rank) range(*c.mla.q_lora_rank, 1, kMaxHidden, p + "q_lora_rank");
+        range(c.mla.kv_lora_rank, 1, kMaxHidden, p + "kv_lora_rank");
+        range(c.mla.qk_nope_head_dim, 1, kMaxHeadDim, p + "qk_nope_head_dim");
+        range(c.mla.qk_rope_head_dim, 0, kMaxHeadDim, p + "qk_rope_head_dim");
+        range(c.mla.v_head_dim, 1, kMaxHeadDim, p + "v_head_dim");
         check(c.mla.use_nope, p + "mla_use_nope", "false (rotary MLA) is not supported; K3 and Kimi-Linear use NoPE");
     }
 
-    check(c.moe.first_k_dense_replace >= 0 && c.moe.first_k_dense_replace <= c.num_layers,
-          p + "first_k_dense_replace", fmt::format("{} is outside [0, {}]", c.moe.first_k_dense_replace, c.num_layers));
-    if (c.moe.first_k_dense_replace > 0)
-        check(c.intermediate_size > 0, p + "intermediate_size", "must be positive (dense layers exist)");
+    range(c.moe.first_k_dense_replace, 0, c.num_layers, p + "first_k_dense_replace");
+    if (c.moe.first_k_dense_replace > 0) range(c.intermediate_size, 1, kMaxIntermediate, p + "intermediate_size");
     if (c.moe.first_k_dense_replace < c.num_layers) {
         const auto& m = c.moe;
-        check(m.num_experts > 0, p + "num_experts", "must be positive");
+        range(m.num_experts, 1, kMaxExperts, p + "num_experts");
         check(m.top_k > 0 && m.top_k <= m.num_experts, p + "num_experts_per_token",
               fmt::format("{} is outside [1, num_experts = {}]", m.top_k, m.num_experts));
-        check(m.moe_intermediate_size > 0, p + "moe_intermediate_size", "must be positive");
-        check(m.num_shared_experts >= 0, p + "num_shared_experts", "must not be negative");
-        check(!m.routed_expert_hidden_size || *m.routed_expert_hidden_size > 0, p + "routed_expert_hidden_size",
-              "must be positive or absent");
+        range(m.moe_intermediate_size, 1, kMaxIntermediate, p + "moe_intermediate_size");
+        range(m.num_shared_experts, 0, kMaxSharedExperts, p + "num_shared_experts");
+        if (m.routed_expert_hidden_size)
+            range(*m.routed_expert_hidden_size, 1, kMaxHidden, p + "routed_expert_hidden_size");
         check(!m.latent_moe_use_norm || m.routed_expert_hidden_size, p + "latent_moe_use_norm",
               "true needs routed_expert_hidden_size (the latent the norm applies to)");
         const auto& r = m.router;
@@ -273,7 +327,7 @@ void validate(const ModelConfig& c, const std::string& p) {
               fmt::format("{} is outside [1, num_expert_group = {}]", r.topk_group, r.num_expert_group));
         check(m.top_k <= r.topk_group * (m.num_experts / r.num_expert_group), p + "num_experts_per_token",
               "exceeds the experts in the selected groups");
-        check(r.routed_scaling_factor > 0.0f, p + "routed_scaling_factor", "must be positive");
+        range_f(r.routed_scaling_factor, 0.0, kMaxScale, true, false, p + "routed_scaling_factor");
         if (c.expert_format != ExpertFormat::bf16) {
             check(c.expert_in_dim() % kExpertGroupSize == 0,
                   p + (m.routed_expert_hidden_size ? "routed_expert_hidden_size" : "hidden_size"),
@@ -283,17 +337,20 @@ void validate(const ModelConfig& c, const std::string& p) {
         }
     }
     if (c.hidden_act == Activation::situ) {
-        check(c.situ_beta > 0.0f, p + "activation_situ_beta", "must be positive");
-        check(!c.situ_linear_beta || *c.situ_linear_beta > 0.0f, p + "activation_situ_linear_beta",
-              "must be positive or null");
+        range_f(c.situ_beta, 0.0, kMaxScale, true, false, p + "activation_situ_beta");
+        if (c.situ_linear_beta)
+            range_f(*c.situ_linear_beta, 0.0, kMaxScale, true, false, p + "activation_situ_linear_beta");
     }
-    check(!c.attn_res_block_size || *c.attn_res_block_size > 0, p + "attn_res_block_size", "must be positive");
-    auto check_id = [&](const std::optional<int64_t>& id, const char* key) {
-        if (id) check(*id < c.vocab_size, key, fmt::format("{} is not below vocab_size = {}", *id, c.vocab_size));
+    if (c.attn_res_block_size) range(*c.attn_res_block_size, 1, kMaxBlock, p + "attn_res_block_size");
+    auto check_id = [&](const std::optional<int64_t>& id, const std::string& key) {
+        if (id)
+            check(*id >= 0 && *id < c.vocab_size, key,
+                  fmt::format("{} is not a token id below vocab_size = {}", *id, c.vocab_size));
     };
     check_id(c.bos_token_id, "bos_token_id");
     check_id(c.pad_token_id, "pad_token_id");
-    for (int64_t id : c.eos_token_ids) check_id(id, "eos_token_id");
+    for (size_t i = 0; i < c.eos_token_ids.size(); ++i)
+        check_id(c.eos_token_ids[i], c.eos_token_ids.size() > 1 ? fmt::format("eos_token_id[{}]", i) : "eos_token_id");
 }
 
 void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
@@ -302,17 +359,13 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     c.vocab_size = f.positive_int("vocab_size");
     c.rms_norm_eps = f.number("rms_norm_eps", 1e-5f);
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-    if (const json* v = f.find("max_position_embeddings")) c.max_position_embeddings = f.as_int("max_position_embeddings", *v);
+    // The context: a model of 0 or 1 positions cannot hold a prompt and the token generated after it.
+    if (const json* v = f.find("max_position_embeddings"))
+        c.max_position_embeddings = f.int_in("max_position_embeddings", *v, kMinContext, kMaxContext);
 
     c.bos_token_id = f.optional_token_id("bos_token_id");
     c.pad_token_id = f.optional_token_id("pad_token_id");
-    if (const json* v = f.find("eos_token_id")) {
-        if (v->is_array()) {
-            for (const auto& e : *v) c.eos_token_ids.push_back(f.as_int("eos_token_id", e));
-        } else {
-            c.eos_token_ids.push_back(f.as_int("eos_token_id", *v));
-        }
-    }
+    if (auto ids = f.optional_token_ids("eos_token_id")) c.eos_token_ids = std::move(*ids);
 
     // Activation.
     std::string act = f.optional_string("hidden_act").value_or("silu");
@@ -326,14 +379,12 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     // KDA.
     {
         Fields la(f.need("linear_attn_config"), f.name("linear_attn_config."));
-        std::vector<int> kda = layer_list(la, "kda_layers");
-        std::vector<int> full = layer_list(la, "full_attn_layers");
+        std::vector<int> kda = layer_list(la, "kda_layers", c.num_layers);
+        std::vector<int> full = layer_list(la, "full_attn_layers", c.num_layers);
         c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
         std::vector<int> seen(size_t(c.num_layers), 0);
         auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
             for (int l1 : list) {
-                if (l1 < 1 || l1 > c.num_layers)
-                    la.fail(key, fmt::format("layer {} is outside 1..{} (the lists are 1-based)", l1, c.num_layers));
                 if (seen[size_t(l1 - 1)]++)
                     la.fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or repeated)", l1));
                 c.layer_kinds[size_t(l1 - 1)] = kind;
@@ -460,11 +511,7 @@ ModelConfig parse_config(const json& j, const ParseOptions& opts) {
         Fields top(j, "");
         if (auto v = top.optional_token_id("bos_token_id")) c.bos_token_id = v;
         if (auto v = top.optional_token_id("pad_token_id")) c.pad_token_id = v;
-        if (const json* v = top.find("eos_token_id")) {
-            c.eos_token_ids.clear();
-            if (v->is_array()) for (const auto& e : *v) c.eos_token_ids.push_back(top.as_int("eos_token_id", e));
-            else c.eos_token_ids.push_back(top.as_int("eos_token_id", *v));
-        }
+        if (auto ids = top.optional_token_ids("eos_token_id")) c.eos_token_ids = std::move(*ids);
         if (const json* v = top.find("tie_word_embeddings")) {
             if (!v->is_boolean()) top.fail("tie_word_embeddings", "expected true or false");
             c.tie_word_embeddings = c.tie_word_embeddings || v->get<bool>();

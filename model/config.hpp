@@ -8,7 +8,9 @@
 //   - Kimi-Linear-48B: `model_type: "kimi_linear"` at the top level. Tensor layout `model.…`, `lm_head`.
 // Layer lists in `linear_attn_config` are 1-based in the file; ModelConfig::layer_kinds is 0-based.
 // Unknown model types, unsupported values (e.g. RoPE MLA, a softmax router) and inconsistent fields are
-// refused with a ConfigError naming the field (`text_config.linear_attn_config.kda_layers: ...`).
+// refused with a ConfigError naming the field (`text_config.linear_attn_config.kda_layers: ...`). Every
+// numeric field is range-checked before it is narrowed (list elements named `kda_layers[3]`); floats must
+// be finite in fp32; token ids lie in [0, vocab_size); max_position_embeddings, when given, is at least 2.
 // Keys of the decoder config kiln does not know are logged as a warning, or refused with
 // ParseOptions::strict; the K3 wrapper's own keys (vision_config, media ids, ...) are not inspected.
 #pragma once

@@ -206,6 +206,10 @@ Matrix ReferenceModel::forward(RequestState& state, std::span<const uint32_t> id
         if (id >= V) throw InvalidArgument(fmt::format("token id {} is outside the vocabulary (size {})", id, V));
     if (state.kda_.size() != layers_.size() || state.mla_.size() != layers_.size())
         throw InvalidArgument("request state does not belong to this model");
+    if (const int64_t ctx = config_.max_position_embeddings; ctx > 0 && int64_t(state.position_ + T) > ctx)
+        throw InvalidArgument(fmt::format("{} token{} at position {} would run past the model's context of {} "
+                                          "positions (max_position_embeddings)",
+                                          T, T == 1 ? "" : "s", state.position_, ctx));
     if (T == 0) return Matrix(0, V);
 
     const KdaMode kda_mode = opts.kda.value_or(T > 1 ? KdaMode::chunked : KdaMode::recurrent);

@@ -1,6 +1,7 @@
 // config.json parsing: the K3 and Kimi-Linear-48B fixtures, refusals naming the field, to_json round trip.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -214,13 +215,13 @@ TEST_CASE("unknown or inconsistent configs are refused naming the field") {
         expect_refused(j, "text_config.num_experts_per_token", "outside");
         j = k3;
         j["text_config"]["hidden_size"] = -1;
-        expect_refused(j, "text_config.hidden_size", "positive");
+        expect_refused(j, "text_config.hidden_size", "-1 is out of range [1,");
         j = k3;
         j["text_config"]["hidden_size"] = "wide";
         expect_refused(j, "text_config.hidden_size", "integer");
         j = k3;
         j["text_config"]["linear_attn_config"]["gate_lower_bound"] = 2.0;
-        expect_refused(j, "text_config.linear_attn_config.gate_lower_bound", "negative");
+        expect_refused(j, "text_config.linear_attn_config.gate_lower_bound", "2 is out of range [-100, 0)");
         j = k3;
         j["text_config"]["routed_expert_hidden_size"] = 3580;  // not a multiple of the MXFP4 group
         expect_refused(j, "text_config.routed_expert_hidden_size", "multiple of");
@@ -254,6 +255,86 @@ TEST_CASE("unknown or inconsistent configs are refused naming the field") {
         j["text_config"]["attn_res_use_magic"] = true;
         expect_refused(j, "text_config.attn_res_use_magic", "unknown");
         CHECK_NOTHROW(parse_config(j));
+    }
+}
+
+TEST_CASE("numeric fields are range-checked before narrowing, errors name the field") {
+    const json k3 = read_json(fixture("k3_config.json"));
+    const json l48 = read_json(fixture("kimi_linear_48b_config.json"));
+    auto with = [](json j, const json::json_pointer& at, const json& v) {
+        j[at] = v;
+        return j;
+    };
+    using P = json::json_pointer;
+
+    SUBCASE("layer numbers beyond 32 bits do not wrap") {
+        // 4294967297 = 2^32 + 1 would read as layer 1 after narrowing.
+        expect_refused(with(l48, P("/linear_attn_config/kda_layers/0"), 4294967297LL),
+                       "linear_attn_config.kda_layers[0]", "4294967297 is outside 1..27");
+        expect_refused(with(l48, P("/linear_attn_config/full_attn_layers/6"), json(18446744073709551615ULL)),
+                       "linear_attn_config.full_attn_layers[6]", "18446744073709551615");
+        expect_refused(with(k3, P("/text_config/linear_attn_config/kda_layers/1"), -4294967294LL),
+                       "text_config.linear_attn_config.kda_layers[1]", "outside 1..93");
+        expect_refused(with(l48, P("/linear_attn_config/kda_layers/2"), 3.0),
+                       "linear_attn_config.kda_layers[2]", "expected an integer");
+    }
+    SUBCASE("token ids") {
+        expect_refused(with(l48, P("/eos_token_id"), -1), "eos_token_id", "out of range");
+        expect_refused(with(l48, P("/eos_token_id"), json::array({163585, -5})), "eos_token_id[1]", "out of range");
+        expect_refused(with(k3, P("/eos_token_id"), json::array({163586, 163840})), "eos_token_id[1]", "vocab_size");
+        expect_refused(with(k3, P("/bos_token_id"), 4294967296LL + 163584), "bos_token_id", "out of range");
+        expect_refused(with(l48, P("/pad_token_id"), 1e20), "pad_token_id", "out of range");
+        expect_refused(with(l48, P("/pad_token_id"), 163839.5), "pad_token_id", "expected an integer");
+        expect_refused(with(k3, P("/text_config/bos_token_id"), -2), "text_config.bos_token_id", "out of range");
+        CHECK(parse_config(with(l48, P("/eos_token_id"), json::array({163585, 163586}))).eos_token_ids ==
+              std::vector<int64_t>{163585, 163586});
+    }
+    SUBCASE("the context holds at least a prompt token and a generated one") {
+        expect_refused(with(l48, P("/max_position_embeddings"), 0), "max_position_embeddings", "out of range [2,");
+        expect_refused(with(k3, P("/text_config/max_position_embeddings"), 1),
+                       "text_config.max_position_embeddings", "out of range [2,");
+        expect_refused(with(l48, P("/max_position_embeddings"), int64_t(1) << 41), "max_position_embeddings");
+        CHECK(parse_config(with(l48, P("/max_position_embeddings"), 2)).max_position_embeddings == 2);
+    }
+    SUBCASE("integer dims") {
+        expect_refused(with(k3, P("/text_config/hidden_size"), 4294967297LL), "text_config.hidden_size",
+                       "out of range");
+        expect_refused(with(k3, P("/text_config/hidden_size"), 1 << 20), "text_config.hidden_size",
+                       "out of range [1, 131072]");
+        expect_refused(with(k3, P("/text_config/num_hidden_layers"), 0), "text_config.num_hidden_layers",
+                       "out of range");
+        expect_refused(with(l48, P("/vocab_size"), 1 << 27), "vocab_size", "out of range");
+        expect_refused(with(l48, P("/num_experts"), 1 << 17), "num_experts", "out of range [1, 65536]");
+        expect_refused(with(l48, P("/num_shared_experts"), -1), "num_shared_experts", "out of range");
+        expect_refused(with(l48, P("/linear_attn_config/head_dim"), 1 << 13), "linear_attn_config.head_dim",
+                       "out of range [1, 4096]");
+        expect_refused(with(l48, P("/linear_attn_config/short_conv_kernel_size"), 0),
+                       "linear_attn_config.short_conv_kernel_size", "out of range [1, 16]");
+        expect_refused(with(l48, P("/qk_rope_head_dim"), -64), "qk_rope_head_dim", "out of range");
+        expect_refused(with(k3, P("/text_config/attn_res_block_size"), 1 << 20), "text_config.attn_res_block_size",
+                       "out of range");
+        expect_refused(with(l48, P("/first_k_dense_replace"), 28), "first_k_dense_replace", "out of range [0, 27]");
+    }
+    SUBCASE("scalars are finite (in fp32) and in range") {
+        expect_refused(with(l48, P("/rms_norm_eps"), 1e39), "rms_norm_eps", "finite");  // finite double, inf float
+        expect_refused(with(l48, P("/rms_norm_eps"), 0.0), "rms_norm_eps", "out of range (0, 1]");
+        expect_refused(with(l48, P("/rms_norm_eps"), 1e-50), "rms_norm_eps", "out of range");  // 0 in fp32
+        expect_refused(with(l48, P("/rms_norm_eps"), 2.0), "rms_norm_eps", "out of range");
+        expect_refused(with(l48, P("/routed_scaling_factor"), 1e39), "routed_scaling_factor", "finite");
+        expect_refused(with(l48, P("/routed_scaling_factor"), -2.446), "routed_scaling_factor", "out of range");
+        expect_refused(with(k3, P("/text_config/activation_situ_beta"), 1e39), "text_config.activation_situ_beta",
+                       "finite");
+        expect_refused(with(k3, P("/text_config/activation_situ_linear_beta"), 0.0),
+                       "text_config.activation_situ_linear_beta", "out of range");
+        expect_refused(with(k3, P("/text_config/linear_attn_config/gate_lower_bound"), -1e30),
+                       "text_config.linear_attn_config.gate_lower_bound", "out of range [-100, 0)");
+        // Configs built in code go through the same ranges.
+        ModelConfig c = parse_config(l48);
+        c.rms_norm_eps = std::numeric_limits<float>::quiet_NaN();
+        CHECK_THROWS_WITH_AS(validate_config(c), doctest::Contains("rms_norm_eps: nan is out of range"), ConfigError);
+        c = parse_config(l48);
+        c.max_position_embeddings = 1;
+        CHECK_THROWS_WITH_AS(validate_config(c), doctest::Contains("max_position_embeddings"), ConfigError);
     }
 }
 

@@ -172,8 +172,10 @@ TEST_CASE("request state holds the KDA conv + fp32 recurrent state and the MLA l
 
 namespace {
 
-// Overwrites the F32 tensor `name` in the checkpoint's shards with `values` (test-only surgery on a copy).
-void patch_f32_tensor(const fs::path& dir, const std::string& name, const std::vector<float>& values) {
+// Overwrites `bytes.size()` bytes of tensor `name` (stored as `dtype`), `offset` bytes into it, in the
+// checkpoint's shards (test-only surgery on a copy).
+void patch_tensor(const fs::path& dir, const std::string& name, const char* dtype, size_t offset,
+                  std::string_view bytes) {
     for (const auto& entry : fs::directory_iterator(dir)) {
         if (entry.path().extension() != ".safetensors") continue;
         std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
@@ -183,15 +185,20 @@ void patch_f32_tensor(const fs::path& dir, const std::string& name, const std::v
         f.read(header.data(), std::streamsize(n));
         auto j = nlohmann::json::parse(header);
         if (!j.contains(name)) continue;
-        REQUIRE(j[name]["dtype"] == "F32");
+        REQUIRE(j[name]["dtype"] == dtype);
         uint64_t begin = j[name]["data_offsets"][0];
         uint64_t end = j[name]["data_offsets"][1];
-        REQUIRE(end - begin == values.size() * 4);
-        f.seekp(std::streamoff(8 + n + begin));
-        f.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * 4));
+        REQUIRE(offset + bytes.size() <= end - begin);
+        f.seekp(std::streamoff(8 + n + begin + offset));
+        f.write(bytes.data(), std::streamsize(bytes.size()));
         return;
     }
     FAIL("tensor not found: " << name);
+}
+
+void patch_f32_tensor(const fs::path& dir, const std::string& name, const std::vector<float>& values) {
+    patch_tensor(dir, name, "F32", 0,
+                 std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * 4));
 }
 
 }  // namespace
@@ -251,6 +258,78 @@ TEST_CASE("generate: greedy is deterministic and follows the argmax of the logit
     // Sampling: same seed, same ids.
     SamplingParams s{0.8f, 0.9f, 77};
     CHECK(generate(*m, prompt, 10, s, {}).ids == generate(*m, prompt, 10, s, {}).ids);
+}
+
+TEST_CASE("generation stops at max_position_embeddings as vLLM does; forward never runs past it") {
+    ModelConfig c = k3_tiny_config();
+    auto unlimited = build(c);
+    c.max_position_embeddings = 8;
+    auto m = build(c);
+    const std::vector<uint32_t> prompt = random_ids(5, m->vocab_size(), 21);
+    const GenerateResult full = generate(*unlimited, prompt, 10, SamplingParams{}, {});
+    REQUIRE(full.ids.size() == 10);
+
+    // 5 prompt tokens + 3 generated fill the 8 positions: finish "length", the same ids as without a limit.
+    GenerateResult r = generate(*m, prompt, 100, SamplingParams{}, {});
+    CHECK(r.ids == std::vector<uint32_t>(full.ids.begin(), full.ids.begin() + 3));
+    CHECK(r.context_full);
+    CHECK_FALSE(r.stopped);
+    CHECK(r.finish_reason() == "length");
+    // max_tokens reached first: not the context.
+    r = generate(*m, prompt, 2, SamplingParams{}, {});
+    CHECK(r.ids.size() == 2);
+    CHECK_FALSE(r.context_full);
+    // A prompt that fills the context still yields the one token its last logits choose.
+    const std::vector<uint32_t> long_prompt = random_ids(8, m->vocab_size(), 22);
+    r = generate(*m, long_prompt, 100, SamplingParams{}, {});
+    CHECK(r.ids.size() == 1);
+    CHECK(r.context_full);
+    // A longer prompt is refused before any work.
+    const std::vector<uint32_t> too_long = random_ids(9, m->vocab_size(), 23);
+    CHECK_THROWS_WITH_AS(generate(*m, too_long, 4, SamplingParams{}, {}),
+                         doctest::Contains("the prompt has 9 tokens, more than the model's context of 8"),
+                         kiln::InvalidArgument);
+
+    RequestState st = m->new_request();
+    m->forward(st, std::span(long_prompt).subspan(0, 7));
+    std::vector<uint32_t> two{long_prompt[7], long_prompt[7]};
+    CHECK_THROWS_WITH_AS(m->forward(st, two), doctest::Contains("would run past the model's context of 8"),
+                         kiln::InvalidArgument);
+    CHECK(st.position() == 7);
+    CHECK(m->forward(st, std::span(long_prompt).subspan(7)).rows == 1);
+    CHECK_THROWS_AS(m->forward(st, std::span(long_prompt).subspan(7)), kiln::InvalidArgument);
+    CHECK(st.position() == 8);
+}
+
+TEST_CASE("generation stops with a clear error when the logits turn non-finite") {
+    ModelConfig c = k3_tiny_config(ExpertFormat::bf16);
+    TempDir dir("nonfinite");
+    write_model(c, dir.path());
+    const std::vector<uint32_t> prompt = random_ids(6, size_t(c.vocab_size), 31);
+    uint32_t first = 0;
+    {
+        Checkpoint ck = Checkpoint::open(dir.path());
+        ReferenceModel m(c, ck);
+        first = generate(m, prompt, 1, SamplingParams{}, {}).ids.at(0);
+    }
+    REQUIRE(std::find(prompt.begin(), prompt.end(), first) == prompt.end());
+    // A NaN in the embedding of the first generated token: the prompt's logits are fine, the next ones are not.
+    const uint16_t nan_bf16 = 0x7FC0;
+    patch_tensor(dir.path(), TensorNames(c).embed_tokens(), "BF16", size_t(first) * size_t(c.hidden_size) * 2 + 6,
+                 std::string_view(reinterpret_cast<const char*>(&nan_bf16), 2));
+    Checkpoint ck = Checkpoint::open(dir.path());
+    ReferenceModel m(c, ck);
+    std::vector<uint32_t> streamed;
+    CHECK_THROWS_WITH_AS(generate(m, prompt, 10, SamplingParams{}, {}, [&](uint32_t id) { streamed.push_back(id); }),
+                         doctest::Contains("logits at position 6 are not finite (4096 of 4096 values NaN or "
+                                           "infinite, the first at id 0: nan); 1 token had been generated"),
+                         NonFiniteLogits);
+    CHECK(streamed == std::vector<uint32_t>{first});
+    // A prompt that holds the token fails on its own logits, before anything is generated.
+    std::vector<uint32_t> with_nan = prompt;
+    with_nan.push_back(first);
+    CHECK_THROWS_WITH_AS(generate(m, with_nan, 10, SamplingParams{0.7f, 1.0f, 3}, {}),
+                         doctest::Contains("0 tokens had been generated"), NonFiniteLogits);
 }
 
 TEST_CASE("grouped top-k routing is refused with a clear message") {
