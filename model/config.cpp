@@ -25,7 +25,7 @@ const std::set<std::string> kIgnoredKeys = {
     "attention_dropout", "attention_bias", "output_router_logits", "router_aux_loss_coef",
     "aux_loss_alpha", "seq_aux", "pretraining_tp", "media_placeholder_token_id", "image_placeholder",
     "return_dict", "output_hidden_states", "output_attentions", "chunk_size_feed_forward",
-    "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type",
+    "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type", "rope_parameters",
 };
 
 // Integers the parser accepts before the per-field ranges of validate(): nothing wraps when narrowed to int,
@@ -157,6 +157,16 @@ public:
         if (!v) fail(key, "missing");
         return *v;
     }
+    // `key`, or `alt` when only that spelling is present (transformers' KimiLinearConfig declares n_group,
+    // num_experts_per_tok, ... and maps them onto the Moonshot names). Both present must agree.
+    std::string pick(const std::string& key, const std::string& alt) {
+        const json* a = find(key);
+        const json* b = find(alt);
+        if (!b) return key;
+        if (!a) return alt;
+        if (*a != *b) fail(alt, fmt::format("{} differs from {} = {}", show(*b), name(key), show(*a)));
+        return key;
+    }
 
     // Keys present in the object that nobody read and that are not known to be harmless.
     void check_unknown(const ParseOptions& opts) const {
@@ -194,6 +204,42 @@ std::vector<int> layer_list(Fields& f, const std::string& key, int num_layers) {
         out.push_back(int(v[i].get<int64_t>()));
     }
     return out;
+}
+
+// transformers' layer_types: one "linear_attention" (KDA) or "full_attention" (MLA) per layer.
+std::vector<LayerKind> layer_types(Fields& f, const std::string& key, int num_layers) {
+    const json& v = f.need(key);
+    if (!v.is_array() || v.size() != size_t(num_layers))
+        f.fail(key, fmt::format("expected a list of {} layer types (num_hidden_layers), got {}", num_layers,
+                                Fields::show(v)));
+    std::vector<LayerKind> kinds;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == "linear_attention") kinds.push_back(LayerKind::kda);
+        else if (v[i] == "full_attention") kinds.push_back(LayerKind::mla);
+        else
+            f.fail(fmt::format("{}[{}]", key, i),
+                   fmt::format("{} is not supported (linear_attention or full_attention)", Fields::show(v[i])));
+    }
+    return kinds;
+}
+
+// transformers' mlp_layer_types: "dense" or "sparse" (MoE) per layer, the dense ones first. Returns how many.
+int leading_dense_layers(Fields& f, const std::string& key, int num_layers) {
+    const json& v = f.need(key);
+    if (!v.is_array() || v.size() != size_t(num_layers))
+        f.fail(key, fmt::format("expected a list of {} MLP types (num_hidden_layers), got {}", num_layers,
+                                Fields::show(v)));
+    int dense = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string elem = fmt::format("{}[{}]", key, i);
+        if (v[i] != "dense" && v[i] != "sparse")
+            f.fail(elem, fmt::format("{} is not supported (dense or sparse)", Fields::show(v[i])));
+        if (v[i] == "sparse") continue;
+        if (size_t(dense) != i)
+            f.fail(elem, "a dense layer after a sparse one is not supported (the dense layers must come first)");
+        ++dense;
+    }
+    return dense;
 }
 
 ExpertFormat parse_quantization(const json& q, const std::string& path) {
@@ -360,8 +406,9 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     c.rms_norm_eps = f.number("rms_norm_eps", 1e-5f);
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
     // The context: a model of 0 or 1 positions cannot hold a prompt and the token generated after it.
-    if (const json* v = f.find("max_position_embeddings"))
-        c.max_position_embeddings = f.int_in("max_position_embeddings", *v, kMinContext, kMaxContext);
+    // transformers' KimiLinearConfig stores it as model_max_length (its attribute_map).
+    const std::string max_pos = f.find("max_position_embeddings") ? "max_position_embeddings" : "model_max_length";
+    if (const json* v = f.find(max_pos)) c.max_position_embeddings = f.int_in(max_pos, *v, kMinContext, kMaxContext);
 
     c.bos_token_id = f.optional_token_id("bos_token_id");
     c.pad_token_id = f.optional_token_id("pad_token_id");
@@ -376,36 +423,70 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     if (f.explicit_null("activation_situ_linear_beta")) c.situ_linear_beta.reset();
     else c.situ_linear_beta = f.number("activation_situ_linear_beta", 25.0f);
 
-    // KDA.
+    // Which writer: transformers 5.x describes layers by per-layer type lists, Moonshot by linear_attn_config.
+    c.dialect = f.find("layer_types") || f.find("mlp_layer_types") ? ConfigDialect::transformers
+                                                                   : ConfigDialect::moonshot;
+    const bool hf = c.dialect == ConfigDialect::transformers;
+
+    // Layer kinds and KDA: linear_attn_config (1-based lists) and/or layer_types; both present must agree.
     {
-        Fields la(f.need("linear_attn_config"), f.name("linear_attn_config."));
-        std::vector<int> kda = layer_list(la, "kda_layers", c.num_layers);
-        std::vector<int> full = layer_list(la, "full_attn_layers", c.num_layers);
-        c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
-        std::vector<int> seen(size_t(c.num_layers), 0);
-        auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
-            for (int l1 : list) {
-                if (seen[size_t(l1 - 1)]++)
-                    la.fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or repeated)", l1));
-                c.layer_kinds[size_t(l1 - 1)] = kind;
-            }
-        };
-        mark(kda, "kda_layers", LayerKind::kda);
-        mark(full, "full_attn_layers", LayerKind::mla);
-        for (int l = 0; l < c.num_layers; ++l)
-            if (!seen[size_t(l)])
-                la.fail("kda_layers", fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1));
-        if (!kda.empty()) {
-            c.kda.num_heads = la.positive_int("num_heads");
-            c.kda.head_dim = la.positive_int("head_dim");
-        } else {
-            c.kda.num_heads = la.nonneg_int("num_heads", 0);
-            c.kda.head_dim = la.nonneg_int("head_dim", 0);
+        const json* la_json = f.find("linear_attn_config");
+        const json* types = f.find("layer_types");
+        if (!la_json && !types)
+            f.fail("linear_attn_config",
+                   "missing (neither linear_attn_config nor layer_types says which layers are KDA)");
+        std::optional<Fields> la;
+        if (la_json) {
+            la.emplace(*la_json, f.name("linear_attn_config."));
+            std::vector<int> kda = layer_list(*la, "kda_layers", c.num_layers);
+            std::vector<int> full = layer_list(*la, "full_attn_layers", c.num_layers);
+            c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
+            std::vector<int> seen(size_t(c.num_layers), 0);
+            auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
+                for (int l1 : list) {
+                    if (seen[size_t(l1 - 1)]++)
+                        la->fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or "
+                                                  "repeated)", l1));
+                    c.layer_kinds[size_t(l1 - 1)] = kind;
+                }
+            };
+            mark(kda, "kda_layers", LayerKind::kda);
+            mark(full, "full_attn_layers", LayerKind::mla);
+            for (int l = 0; l < c.num_layers; ++l)
+                if (!seen[size_t(l)])
+                    la->fail("kda_layers",
+                             fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1));
         }
-        c.kda.conv_size = la.nonneg_int("short_conv_kernel_size", 4);
-        c.kda.gate_lower_bound = la.optional_number("gate_lower_bound");
-        c.kda.use_full_rank_gate = la.boolean("use_full_rank_gate", false);
-        la.check_unknown(opts);
+        if (types) {
+            std::vector<LayerKind> kinds = layer_types(f, "layer_types", c.num_layers);
+            for (int l = 0; la_json && l < c.num_layers; ++l)
+                if (kinds[size_t(l)] != c.layer_kinds[size_t(l)])
+                    f.fail(fmt::format("layer_types[{}]", l),
+                           fmt::format("'{}' disagrees with linear_attn_config, which makes layer {} (1-based) {}",
+                                       (*types)[size_t(l)].get<std::string>(), l + 1,
+                                       c.layer_kinds[size_t(l)] == LayerKind::kda ? "KDA" : "MLA"));
+            c.layer_kinds = std::move(kinds);
+        }
+        const bool any_kda = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::kda) > 0;
+        // linear_attn_config.<key> and/or transformers' flat <hf_key>.
+        auto kda_dim = [&](const char* key, const char* hf_key, int fallback, bool required) {
+            std::optional<int> a, b;
+            if (la && la->find(key)) a = required ? la->positive_int(key) : la->nonneg_int(key);
+            if (f.find(hf_key)) b = required ? f.positive_int(hf_key) : f.nonneg_int(hf_key);
+            if (a && b && *a != *b)
+                f.fail(hf_key, fmt::format("{} differs from linear_attn_config.{} = {}", *b, key, *a));
+            if (a || b) return a ? *a : *b;
+            if (required) la ? la->fail(key, "missing") : f.fail(hf_key, "missing");
+            return fallback;
+        };
+        c.kda.num_heads = kda_dim("num_heads", "linear_num_heads", 0, any_kda);
+        c.kda.head_dim = kda_dim("head_dim", "linear_head_dim", 0, any_kda);
+        c.kda.conv_size = kda_dim("short_conv_kernel_size", "linear_conv_kernel_dim", 4, false);
+        if (la) {
+            c.kda.gate_lower_bound = la->optional_number("gate_lower_bound");
+            c.kda.use_full_rank_gate = la->boolean("use_full_rank_gate", false);
+            la->check_unknown(opts);
+        }
     }
 
     // MLA.
@@ -423,28 +504,44 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
         c.mla.qk_nope_head_dim = f.positive_int("qk_nope_head_dim");
         c.mla.qk_rope_head_dim = f.nonneg_int("qk_rope_head_dim");
         c.mla.v_head_dim = f.positive_int("v_head_dim");
+        if (f.find("qk_head_dim") && f.positive_int("qk_head_dim") != c.mla.qk_head_dim())  // transformers derives it
+            f.fail("qk_head_dim", fmt::format("{} is not qk_nope_head_dim + qk_rope_head_dim = {}",
+                                              f.positive_int("qk_head_dim"), c.mla.qk_head_dim()));
     } else {
         for (const char* k : {"num_attention_heads", "num_key_value_heads", "q_lora_rank", "kv_lora_rank",
-                              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+                              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim"})
             f.find(k);
     }
-    c.mla.use_nope = f.boolean("mla_use_nope", false);
+    // transformers' Kimi-Linear MLA never rotates, whatever its (optional) mla_use_nope says.
+    c.mla.use_nope = f.boolean("mla_use_nope", hf) || hf;
     c.mla.use_output_gate = f.boolean("mla_use_output_gate", false);
 
-    // MoE.
-    c.moe.first_k_dense_replace = f.nonneg_int("first_k_dense_replace", 0);
+    // MoE. Dense layers come first: first_k_dense_replace (default 0, transformers 1) and/or mlp_layer_types.
+    {
+        std::optional<int> first_k;
+        if (f.find("first_k_dense_replace")) first_k = f.nonneg_int("first_k_dense_replace");
+        if (f.find("mlp_layer_types")) {
+            const int dense = leading_dense_layers(f, "mlp_layer_types", c.num_layers);
+            if (first_k && *first_k != dense)
+                f.fail("first_k_dense_replace",
+                       fmt::format("{} disagrees with mlp_layer_types, which starts with {} dense layer{}", *first_k,
+                                   dense, dense == 1 ? "" : "s"));
+            first_k = dense;
+        }
+        c.moe.first_k_dense_replace = first_k.value_or(hf ? 1 : 0);
+    }
     if (c.moe.first_k_dense_replace > 0) c.intermediate_size = f.positive_int("intermediate_size");
     else c.intermediate_size = f.nonneg_int("intermediate_size", 0);
     if (c.moe.first_k_dense_replace < c.num_layers) {
-        c.moe.num_experts = f.positive_int("num_experts");
-        c.moe.top_k = f.positive_int("num_experts_per_token");
+        c.moe.num_experts = f.positive_int(f.pick("num_experts", "num_local_experts"));
+        c.moe.top_k = f.positive_int(f.pick("num_experts_per_token", "num_experts_per_tok"));
         c.moe.moe_intermediate_size = f.positive_int("moe_intermediate_size");
     } else {
-        c.moe.num_experts = f.nonneg_int("num_experts", 0);
-        c.moe.top_k = f.nonneg_int("num_experts_per_token", 0);
+        c.moe.num_experts = f.nonneg_int(f.pick("num_experts", "num_local_experts"), 0);
+        c.moe.top_k = f.nonneg_int(f.pick("num_experts_per_token", "num_experts_per_tok"), 0);
         c.moe.moe_intermediate_size = f.nonneg_int("moe_intermediate_size", 0);
     }
-    c.moe.num_shared_experts = f.nonneg_int("num_shared_experts", 0);
+    c.moe.num_shared_experts = f.nonneg_int(f.pick("num_shared_experts", "n_shared_experts"), 0);
     c.moe.routed_expert_hidden_size = f.optional_positive_int("routed_expert_hidden_size");
     c.moe.latent_moe_use_norm = f.boolean("latent_moe_use_norm", false);
     if (int freq = f.nonneg_int("moe_layer_freq", 1); freq != 1)
@@ -461,15 +558,19 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     if (topk_method == "noaux_tc") r.use_correction_bias = true;
     else if (topk_method == "greedy") r.use_correction_bias = false;
     else f.fail("topk_method", fmt::format("'{}' is not supported (noaux_tc or greedy)", topk_method));
-    r.renormalize = f.boolean("moe_renormalize", true);
+    r.renormalize = f.boolean(f.pick("moe_renormalize", "norm_topk_prob"), true);
     r.routed_scaling_factor = f.number("routed_scaling_factor", 1.0f);
-    bool grouped = f.boolean("use_grouped_topk", false);
-    r.num_expert_group = f.nonneg_int("num_expert_group", 1);
+    // transformers' router always applies its groups (it has no use_grouped_topk switch).
+    bool grouped = f.boolean("use_grouped_topk", hf);
+    r.num_expert_group = f.nonneg_int(f.pick("num_expert_group", "n_group"), 1);
     r.topk_group = f.nonneg_int("topk_group", 1);
     if (!grouped) r.num_expert_group = r.topk_group = 1;
 
-    // Residual.
-    c.attn_res_block_size = f.optional_positive_int("attn_res_block_size");
+    // Residual. transformers writes 0 for "no Attention Residuals".
+    if (const json* v = f.find("attn_res_block_size"); v && hf && v->is_number() && v->get<double>() == 0.0)
+        c.attn_res_block_size.reset();
+    else
+        c.attn_res_block_size = f.optional_positive_int("attn_res_block_size");
 }
 
 }  // namespace
@@ -566,7 +667,9 @@ json to_json(const ModelConfig& c) {
     t["vocab_size"] = c.vocab_size;
     t["rms_norm_eps"] = num(c.rms_norm_eps);
     t["tie_word_embeddings"] = c.tie_word_embeddings;
-    if (c.max_position_embeddings > 0) t["max_position_embeddings"] = c.max_position_embeddings;
+    const bool hf = c.dialect == ConfigDialect::transformers;
+    if (c.max_position_embeddings > 0)
+        t[hf ? "model_max_length" : "max_position_embeddings"] = c.max_position_embeddings;
     if (c.bos_token_id) t["bos_token_id"] = *c.bos_token_id;
     if (c.eos_token_ids.size() == 1) t["eos_token_id"] = c.eos_token_ids[0];
     else if (!c.eos_token_ids.empty()) t["eos_token_id"] = c.eos_token_ids;
@@ -588,7 +691,22 @@ json to_json(const ModelConfig& c) {
     la["short_conv_kernel_size"] = c.kda.conv_size;
     if (c.kda.gate_lower_bound) la["gate_lower_bound"] = num(*c.kda.gate_lower_bound);
     la["use_full_rank_gate"] = c.kda.use_full_rank_gate;
-    t["linear_attn_config"] = la;
+    if (!hf) {
+        t["linear_attn_config"] = la;
+    } else {
+        json types = json::array(), mlp_types = json::array();
+        for (int l = 0; l < c.num_layers; ++l) {
+            types.push_back(c.is_kda(l) ? "linear_attention" : "full_attention");
+            mlp_types.push_back(c.is_moe(l) ? "sparse" : "dense");
+        }
+        t["layer_types"] = types;
+        t["mlp_layer_types"] = mlp_types;
+        t["linear_num_heads"] = c.kda.num_heads;
+        t["linear_head_dim"] = c.kda.head_dim;
+        t["linear_conv_kernel_dim"] = c.kda.conv_size;
+        // transformers has no fields for K3's KDA gates; a re-saved Moonshot config keeps them here.
+        if (c.kda.gate_lower_bound || c.kda.use_full_rank_gate) t["linear_attn_config"] = la;
+    }
 
     t["num_attention_heads"] = c.mla.num_heads;
     t["num_key_value_heads"] = c.mla.num_heads;
@@ -597,27 +715,36 @@ json to_json(const ModelConfig& c) {
     t["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
     t["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
     t["v_head_dim"] = c.mla.v_head_dim;
-    t["mla_use_nope"] = c.mla.use_nope;
+    if (hf) {
+        t["qk_head_dim"] = c.mla.qk_head_dim();
+        t["head_dim"] = c.mla.qk_rope_head_dim;
+    } else {
+        t["mla_use_nope"] = c.mla.use_nope;
+    }
     t["mla_use_output_gate"] = c.mla.use_output_gate;
 
-    t["first_k_dense_replace"] = c.moe.first_k_dense_replace;
+    if (!hf) t["first_k_dense_replace"] = c.moe.first_k_dense_replace;
     t["intermediate_size"] = c.intermediate_size;
     t["num_experts"] = c.moe.num_experts;
     t["num_experts_per_token"] = c.moe.top_k;
     t["num_shared_experts"] = c.moe.num_shared_experts;
     t["moe_intermediate_size"] = c.moe.moe_intermediate_size;
     if (c.moe.routed_expert_hidden_size) t["routed_expert_hidden_size"] = *c.moe.routed_expert_hidden_size;
-    t["latent_moe_use_norm"] = c.moe.latent_moe_use_norm;
-    t["moe_layer_freq"] = 1;
-    t["moe_router_activation_func"] = "sigmoid";
-    t["topk_method"] = c.moe.router.use_correction_bias ? "noaux_tc" : "greedy";
+    if (!hf || c.moe.latent_moe_use_norm) t["latent_moe_use_norm"] = c.moe.latent_moe_use_norm;
+    if (!hf) {
+        t["moe_layer_freq"] = 1;
+        t["moe_router_activation_func"] = "sigmoid";
+    }
+    if (!hf || !c.moe.router.use_correction_bias)
+        t["topk_method"] = c.moe.router.use_correction_bias ? "noaux_tc" : "greedy";
     t["moe_renormalize"] = c.moe.router.renormalize;
     t["routed_scaling_factor"] = num(c.moe.router.routed_scaling_factor);
-    t["use_grouped_topk"] = c.moe.router.num_expert_group > 1;
+    if (!hf) t["use_grouped_topk"] = c.moe.router.num_expert_group > 1;
     t["num_expert_group"] = c.moe.router.num_expert_group;
     t["topk_group"] = c.moe.router.topk_group;
-    t["num_nextn_predict_layers"] = 0;
+    if (!hf) t["num_nextn_predict_layers"] = 0;
     if (c.attn_res_block_size) t["attn_res_block_size"] = *c.attn_res_block_size;
+    else if (hf) t["attn_res_block_size"] = 0;
     t["torch_dtype"] = "bfloat16";
 
     json quant = nullptr;
@@ -635,6 +762,7 @@ json to_json(const ModelConfig& c) {
             {"ignore", json::array({prefix + "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\..*",
                                     "re:.*block_sparse_moe\\.gate$", "re:.*routed_expert_(down|up)_proj$"})},
         };
+        if (hf) quant["ignore"].push_back("re:.*block_sparse_moe\\.(gate|up|down)_proj$");  // the dense MLP
     }
 
     if (c.layout == TensorLayout::kimi_linear) {

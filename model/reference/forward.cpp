@@ -52,7 +52,7 @@ MlaDims mla_dims(const ModelConfig& c) {
     d.qk_rope = size_t(c.mla.qk_rope_head_dim);
     d.v_head = size_t(c.mla.v_head_dim);
     d.output_gate = c.mla.use_output_gate;
-    d.norm_eps = c.rms_norm_eps;
+    d.norm_eps = c.mla_latent_norm_eps();
     return d;
 }
 
@@ -163,7 +163,9 @@ ReferenceModel::ReferenceModel(const ModelConfig& config, const Checkpoint& ck)
         layer.moe = config_.is_moe(l);
         if (!layer.moe) {
             const size_t I = size_t(config_.intermediate_size);
-            layer.dense = {mat("mlp.gate_proj.weight", I, d), mat("mlp.up_proj.weight", I, d), mat("mlp.down_proj.weight", d, I)};
+            layer.dense = {load_matrix(ck, n.dense_mlp(l, "gate_proj"), I, d),
+                           load_matrix(ck, n.dense_mlp(l, "up_proj"), I, d),
+                           load_matrix(ck, n.dense_mlp(l, "down_proj"), d, I)};
             layer.dense.validate(d, I, "dense mlp");
         } else {
             LatentMoeWeights& w = layer.experts;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.hpp"
+#include "model/tensor_names.hpp"
 #include "model_test_util.hpp"
 
 using namespace kiln::model;
@@ -132,11 +133,126 @@ TEST_CASE("Kimi-Linear-48B config.json") {
     CHECK(c.hidden_act == Activation::silu);
     CHECK_FALSE(c.attn_res_block_size.has_value());  // plain residual
     CHECK(c.eos_token_ids == std::vector<int64_t>{163585});
+    CHECK(c.max_position_embeddings == 1048576);  // model_max_length
     CHECK(c.expert_format == ExpertFormat::bf16);
+    CHECK(c.dialect == ConfigDialect::moonshot);
+}
+
+TEST_CASE("Kimi-Linear-48B config.json as transformers 5.x saves it: the same model, its dense MLP renamed") {
+    const ModelConfig moon = load_config(fixture("kimi_linear_48b_config.json"), ParseOptions{.strict = true});
+    const ModelConfig hf =
+        load_config(fixture("kimi_linear_48b_transformers_config.json"), ParseOptions{.strict = true});
+    CHECK(hf.dialect == ConfigDialect::transformers);
+    CHECK(hf.layout == TensorLayout::kimi_linear);
+    CHECK(hf.layer_kinds == moon.layer_kinds);
+    CHECK(hf.is_mla(26));
+    CHECK(hf.kda.num_heads == 32);
+    CHECK(hf.kda.head_dim == 128);
+    CHECK(hf.kda.conv_size == 4);
+    CHECK(hf.mla.use_nope);                     // no mla_use_nope: transformers' MLA is NoPE
+    CHECK(hf.moe.first_k_dense_replace == 1);   // from mlp_layer_types
+    CHECK(hf.max_position_embeddings == 1048576);
+    // Every field the forward reads is the same: to_json in one dialect is to_json in the other.
+    ModelConfig same = moon;
+    same.dialect = ConfigDialect::transformers;
+    CHECK(to_json(same) == to_json(hf));
+    CHECK(TensorNames(hf).dense_mlp(0, "gate_proj") == "model.layers.0.block_sparse_moe.gate_proj.weight");
+    CHECK(TensorNames(moon).dense_mlp(0, "gate_proj") == "model.layers.0.mlp.gate_proj.weight");
+    // Kimi-Linear's MLA latent norms use eps 1e-6 in either dialect; K3 keeps rms_norm_eps.
+    CHECK(hf.mla_latent_norm_eps() == 1e-6f);
+    CHECK(moon.mla_latent_norm_eps() == 1e-6f);
+    const ModelConfig k3 = load_config(fixture("k3_config.json"));
+    CHECK(k3.mla_latent_norm_eps() == k3.rms_norm_eps);
+
+    const json base = read_json(fixture("kimi_linear_48b_transformers_config.json"));
+    auto parse = [](const json& j) { return parse_config(j, ParseOptions{.strict = true}); };
+    SUBCASE("first_k_dense_replace: 1 by default, or mlp_layer_types") {
+        json j = base;
+        j.erase("mlp_layer_types");
+        CHECK(parse(j).moe.first_k_dense_replace == 1);
+        CHECK(parse(j).dialect == ConfigDialect::transformers);  // layer_types alone says so
+        j["first_k_dense_replace"] = 3;
+        CHECK(parse(j).moe.first_k_dense_replace == 3);
+        j = base;
+        j["mlp_layer_types"][1] = "dense";
+        CHECK(parse(j).moe.first_k_dense_replace == 2);
+        j["first_k_dense_replace"] = 2;
+        CHECK(parse(j).moe.first_k_dense_replace == 2);
+        j["first_k_dense_replace"] = 1;
+        expect_refused(j, "first_k_dense_replace", "disagrees with mlp_layer_types, which starts with 2 dense layers");
+        j = base;
+        j["mlp_layer_types"][5] = "dense";
+        expect_refused(j, "mlp_layer_types[5]", "dense layer after a sparse one");
+        j = base;
+        j["mlp_layer_types"][1] = "moe";
+        expect_refused(j, "mlp_layer_types[1]", "\"moe\" is not supported (dense or sparse)");
+        j = base;
+        j["mlp_layer_types"].erase(0);
+        expect_refused(j, "mlp_layer_types", "expected a list of 27 MLP types");
+    }
+    SUBCASE("layer_types") {
+        json j = base;
+        j["layer_types"][3] = "sliding_attention";
+        expect_refused(j, "layer_types[3]", "\"sliding_attention\" is not supported");
+        j = base;
+        j["layer_types"].erase(26);
+        expect_refused(j, "layer_types", "expected a list of 27 layer types");
+        j = base;
+        j.erase("layer_types");
+        expect_refused(j, "linear_attn_config", "neither linear_attn_config nor layer_types");
+        // A re-saved Moonshot config keeps linear_attn_config beside layer_types: they must agree.
+        j = base;
+        j["linear_attn_config"] = read_json(fixture("kimi_linear_48b_config.json"))["linear_attn_config"];
+        CHECK(parse(j).layer_kinds == moon.layer_kinds);
+        j["layer_types"][0] = "full_attention";
+        expect_refused(j, "layer_types[0]", "disagrees with linear_attn_config, which makes layer 1 (1-based) KDA");
+        j = base;
+        j["linear_attn_config"] = read_json(fixture("kimi_linear_48b_config.json"))["linear_attn_config"];
+        j["linear_num_heads"] = 16;
+        expect_refused(j, "linear_num_heads", "16 differs from linear_attn_config.num_heads = 32");
+        j = base;
+        j.erase("linear_head_dim");
+        expect_refused(j, "linear_head_dim", "missing");
+    }
+    SUBCASE("transformers' spellings and defaults") {
+        json j = base;
+        j["mla_use_nope"] = false;  // its MLA is NoPE whatever the flag says
+        CHECK(parse(j).mla.use_nope);
+        j = base;
+        for (auto [moonshot, alt] : {std::pair{"num_experts", "num_local_experts"},
+                                     std::pair{"num_experts_per_token", "num_experts_per_tok"},
+                                     std::pair{"num_shared_experts", "n_shared_experts"},
+                                     std::pair{"num_expert_group", "n_group"},
+                                     std::pair{"moe_renormalize", "norm_topk_prob"}}) {
+            j[alt] = j[moonshot];
+            j.erase(moonshot);
+        }
+        j["max_position_embeddings"] = j["model_max_length"];
+        j.erase("model_max_length");
+        CHECK(to_json(parse(j)) == to_json(hf));
+        j["num_experts"] = 128;  // both spellings: they must agree
+        expect_refused(j, "num_local_experts", "256 differs from num_experts = 128");
+        j = base;
+        j["qk_head_dim"] = 190;
+        expect_refused(j, "qk_head_dim", "190 is not qk_nope_head_dim + qk_rope_head_dim = 192");
+        j = base;
+        j["attn_res_block_size"] = 0;  // transformers' "none"
+        CHECK_FALSE(parse(j).attn_res_block_size.has_value());
+        // Its router always applies the groups (no use_grouped_topk switch).
+        j = base;
+        j["num_expert_group"] = 8;
+        j["topk_group"] = 4;
+        CHECK(parse(j).moe.router.num_expert_group == 8);
+        json m = read_json(fixture("kimi_linear_48b_config.json"));
+        m.erase("use_grouped_topk");
+        m["num_expert_group"] = 8;
+        CHECK(parse(m).moe.router.num_expert_group == 1);
+    }
 }
 
 TEST_CASE("to_json writes the Hugging Face layout and parses back to the same config") {
-    for (const char* name : {"k3_config.json", "kimi_linear_48b_config.json"}) {
+    for (const char* name :
+         {"k3_config.json", "kimi_linear_48b_config.json", "kimi_linear_48b_transformers_config.json"}) {
         INFO(name);
         ModelConfig a = load_config(fixture(name));
         json j = to_json(a);
