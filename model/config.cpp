@@ -25,8 +25,15 @@ const std::set<std::string> kIgnoredKeys = {
     "attention_dropout", "attention_bias", "output_router_logits", "router_aux_loss_coef",
     "aux_loss_alpha", "seq_aux", "pretraining_tp", "media_placeholder_token_id", "image_placeholder",
     "return_dict", "output_hidden_states", "output_attentions", "chunk_size_feed_forward",
-    "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type",
+    "is_encoder_decoder", "tokenizer_class", "id2label", "label2id", "problem_type", "rope_parameters",
 };
+
+// Integers the parser accepts before the per-field ranges of validate(): nothing wraps when narrowed to int,
+// and products of two stay far inside int64.
+constexpr int64_t kMaxIntField = int64_t(1) << 30;
+constexpr int64_t kMaxTokenId = (int64_t(1) << 32) - 1;
+constexpr int64_t kMinContext = 2;
+constexpr int64_t kMaxContext = int64_t(1) << 40;
 
 // Reads fields of one JSON object, naming `path.key` in every error and remembering which keys it saw.
 class Fields {
@@ -65,28 +72,32 @@ public:
         return s.size() > 60 ? s.substr(0, 57) + "..." : s;
     }
 
-    int64_t as_int(const std::string& key, const json& v) const {
-        if (v.is_number_integer()) return v.get<int64_t>();
-        if (v.is_number_float()) {
-            double d = v.get<double>();
-            if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
+    // An integer (or a float with an integral value) in [lo, hi], checked before any narrowing. `key` may
+    // carry an index ("kda_layers[3]").
+    int64_t int_in(const std::string& key, const json& v, int64_t lo, int64_t hi) const {
+        auto out_of_range = [&] { fail(key, fmt::format("{} is out of range [{}, {}]", show(v), lo, hi)); };
+        if (v.is_number_unsigned()) {
+            if (v.get<uint64_t>() > uint64_t(hi)) out_of_range();
+        } else if (v.is_number_float()) {
+            const double d = v.get<double>();
+            if (!std::isfinite(d) || d != std::floor(d)) fail(key, fmt::format("expected an integer, got {}", show(v)));
+            if (d < double(lo) || d > double(hi)) out_of_range();
+            return int64_t(d);
+        } else if (!v.is_number_integer()) {
+            fail(key, fmt::format("expected an integer, got {}", show(v)));
         }
-        fail(key, fmt::format("expected an integer, got {}", show(v)));
+        const int64_t x = v.get<int64_t>();
+        if (x < lo || x > hi) out_of_range();
+        return x;
     }
-    int positive_int(const std::string& key) {
-        int64_t x = as_int(key, need(key));
-        if (x <= 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a positive integer, got {}", x));
-        return int(x);
-    }
+    int positive_int(const std::string& key) { return int(int_in(key, need(key), 1, kMaxIntField)); }
     int nonneg_int(const std::string& key, std::optional<int> fallback = std::nullopt) {
         const json* v = find(key);
         if (!v) {
             if (fallback) return *fallback;
             fail(key, "missing");
         }
-        int64_t x = as_int(key, *v);
-        if (x < 0 || x > (int64_t(1) << 30)) fail(key, fmt::format("expected a non-negative integer, got {}", x));
-        return int(x);
+        return int(int_in(key, *v, 0, kMaxIntField));
     }
     std::optional<int> optional_positive_int(const std::string& key) {
         if (!find(key)) return std::nullopt;
@@ -95,9 +106,20 @@ public:
     std::optional<int64_t> optional_token_id(const std::string& key) {
         const json* v = find(key);
         if (!v) return std::nullopt;
-        int64_t x = as_int(key, *v);
-        if (x < 0) fail(key, fmt::format("expected a token id ≥ 0, got {}", x));
-        return x;
+        return int_in(key, *v, 0, kMaxTokenId);
+    }
+    // eos_token_id: one id or a list of them (errors name the element, "eos_token_id[1]").
+    std::optional<std::vector<int64_t>> optional_token_ids(const std::string& key) {
+        const json* v = find(key);
+        if (!v) return std::nullopt;
+        std::vector<int64_t> ids;
+        if (!v->is_array()) {
+            ids.push_back(int_in(key, *v, 0, kMaxTokenId));
+            return ids;
+        }
+        for (size_t i = 0; i < v->size(); ++i)
+            ids.push_back(int_in(fmt::format("{}[{}]", key, i), (*v)[i], 0, kMaxTokenId));
+        return ids;
     }
     bool boolean(const std::string& key, std::optional<bool> fallback = std::nullopt) {
         const json* v = find(key);
@@ -108,12 +130,14 @@ public:
         if (!v->is_boolean()) fail(key, fmt::format("expected true or false, got {}", show(*v)));
         return v->get<bool>();
     }
+    // A number that is finite as a float (1e39 is finite in JSON but not in fp32).
     std::optional<float> optional_number(const std::string& key) {
         const json* v = find(key);
         if (!v) return std::nullopt;
         if (!v->is_number()) fail(key, fmt::format("expected a number, got {}", show(*v)));
         double d = v->get<double>();
-        if (!std::isfinite(d)) fail(key, fmt::format("expected a finite number, got {}", show(*v)));
+        if (!std::isfinite(d) || !std::isfinite(float(d)))
+            fail(key, fmt::format("expected a finite number, got {}", show(*v)));
         return float(d);
     }
     float number(const std::string& key, std::optional<float> fallback = std::nullopt) {
@@ -133,6 +157,16 @@ public:
         if (!v) fail(key, "missing");
         return *v;
     }
+    // `key`, or `alt` when only that spelling is present (transformers' KimiLinearConfig declares n_group,
+    // num_experts_per_tok, ... and maps them onto the Moonshot names). Both present must agree.
+    std::string pick(const std::string& key, const std::string& alt) {
+        const json* a = find(key);
+        const json* b = find(alt);
+        if (!b) return key;
+        if (!a) return alt;
+        if (*a != *b) fail(alt, fmt::format("{} differs from {} = {}", show(*b), name(key), show(*a)));
+        return key;
+    }
 
     // Keys present in the object that nobody read and that are not known to be harmless.
     void check_unknown(const ParseOptions& opts) const {
@@ -143,7 +177,8 @@ public:
         if (opts.strict)
             throw ConfigError(fmt::format("{}: unknown field{} (strict mode)", join(unknown, ", "),
                                           unknown.size() > 1 ? "s" : ""));
-        log::warn("config: ignoring unknown field{} {}", unknown.size() > 1 ? "s" : "", join(unknown, ", "));
+        if (!opts.quiet)
+            log::warn("config: ignoring unknown field{} {}", unknown.size() > 1 ? "s" : "", join(unknown, ", "));
     }
 
 private:
@@ -152,15 +187,59 @@ private:
     std::set<std::string> used_;
 };
 
-std::vector<int> layer_list(Fields& f, const std::string& key) {
+// A list of 1-based layer numbers, each in 1..num_layers (checked before narrowing: 4294967297 is not 1).
+std::vector<int> layer_list(Fields& f, const std::string& key, int num_layers) {
     const json& v = f.need(key);
     if (!v.is_array()) f.fail(key, fmt::format("expected a list of 1-based layer numbers, got {}", Fields::show(v)));
     std::vector<int> out;
-    for (const auto& e : v) {
-        if (!e.is_number_integer()) f.fail(key, fmt::format("expected integers, got {}", Fields::show(e)));
-        out.push_back(int(e.get<int64_t>()));
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string elem = fmt::format("{}[{}]", key, i);
+        if (!v[i].is_number_integer()) f.fail(elem, fmt::format("expected an integer, got {}", Fields::show(v[i])));
+        const bool in_range = v[i].is_number_unsigned()
+                                  ? v[i].get<uint64_t>() >= 1 && v[i].get<uint64_t>() <= uint64_t(num_layers)
+                                  : v[i].get<int64_t>() >= 1 && v[i].get<int64_t>() <= num_layers;
+        if (!in_range)
+            f.fail(elem, fmt::format("layer {} is outside 1..{} (the lists are 1-based)", Fields::show(v[i]),
+                                     num_layers));
+        out.push_back(int(v[i].get<int64_t>()));
     }
     return out;
+}
+
+// transformers' layer_types: one "linear_attention" (KDA) or "full_attention" (MLA) per layer.
+std::vector<LayerKind> layer_types(Fields& f, const std::string& key, int num_layers) {
+    const json& v = f.need(key);
+    if (!v.is_array() || v.size() != size_t(num_layers))
+        f.fail(key, fmt::format("expected a list of {} layer types (num_hidden_layers), got {}", num_layers,
+                                Fields::show(v)));
+    std::vector<LayerKind> kinds;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == "linear_attention") kinds.push_back(LayerKind::kda);
+        else if (v[i] == "full_attention") kinds.push_back(LayerKind::mla);
+        else
+            f.fail(fmt::format("{}[{}]", key, i),
+                   fmt::format("{} is not supported (linear_attention or full_attention)", Fields::show(v[i])));
+    }
+    return kinds;
+}
+
+// transformers' mlp_layer_types: "dense" or "sparse" (MoE) per layer, the dense ones first. Returns how many.
+int leading_dense_layers(Fields& f, const std::string& key, int num_layers) {
+    const json& v = f.need(key);
+    if (!v.is_array() || v.size() != size_t(num_layers))
+        f.fail(key, fmt::format("expected a list of {} MLP types (num_hidden_layers), got {}", num_layers,
+                                Fields::show(v)));
+    int dense = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string elem = fmt::format("{}[{}]", key, i);
+        if (v[i] != "dense" && v[i] != "sparse")
+            f.fail(elem, fmt::format("{} is not supported (dense or sparse)", Fields::show(v[i])));
+        if (v[i] == "sparse") continue;
+        if (size_t(dense) != i)
+            f.fail(elem, "a dense layer after a sparse one is not supported (the dense layers must come first)");
+        ++dense;
+    }
+    return dense;
 }
 
 ExpertFormat parse_quantization(const json& q, const std::string& path) {
@@ -221,48 +300,70 @@ void check(bool ok, const std::string& field, const std::string& why) {
 
 std::string text_prefix(const ModelConfig& c) { return c.layout == TensorLayout::k3 ? "text_config." : ""; }
 
+// Per-field ranges: generous bounds around every published Kimi model, tight enough that no product of
+// dims or position count overflows and no nonsense value (a 0-position context, an infinite eps) passes.
+constexpr int64_t kMaxHidden = int64_t(1) << 17;      // hidden_size, routed_expert_hidden_size, LoRA ranks
+constexpr int64_t kMaxLayers = 4096;                   // num_hidden_layers
+constexpr int64_t kMaxVocab = int64_t(1) << 26;        // vocab_size
+constexpr int64_t kMaxHeads = 4096;                    // KDA / MLA heads
+constexpr int64_t kMaxHeadDim = 4096;                  // KDA head_dim, MLA qk_nope / qk_rope / v head dims
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20; // intermediate_size, moe_intermediate_size
+constexpr int64_t kMaxExperts = int64_t(1) << 16;      // num_experts
+constexpr int64_t kMaxSharedExperts = 256;             // num_shared_experts
+constexpr int64_t kMaxBlock = 4096;                    // attn_res_block_size
+constexpr double kMaxScale = 1e4;                      // routed_scaling_factor, SiTU betas
+constexpr double kMinGateLowerBound = -100.0;          // exp(-100) per step is already no memory at all
+
+void range(int64_t v, int64_t lo, int64_t hi, const std::string& field) {
+    check(v >= lo && v <= hi, field, fmt::format("{} is out of range [{}, {}]", v, lo, hi));
+}
+
+// lo < v <= hi (open below) or lo <= v < hi (open above), finite.
+void range_f(float v, double lo, double hi, bool open_lo, bool open_hi, const std::string& field) {
+    const bool ok = std::isfinite(v) && (open_lo ? v > lo : v >= lo) && (open_hi ? v < hi : v <= hi);
+    check(ok, field, fmt::format("{} is out of range {}{}, {}{}", v, open_lo ? "(" : "[", lo, hi, open_hi ? ")" : "]"));
+}
+
 void validate(const ModelConfig& c, const std::string& p) {
-    check(c.hidden_size > 0, p + "hidden_size", "must be positive");
-    check(c.num_layers > 0, p + "num_hidden_layers", "must be positive");
-    check(c.vocab_size > 0, p + "vocab_size", "must be positive");
-    check(c.rms_norm_eps > 0.0f, p + "rms_norm_eps", "must be positive");
+    range(c.hidden_size, 1, kMaxHidden, p + "hidden_size");
+    range(c.num_layers, 1, kMaxLayers, p + "num_hidden_layers");
+    range(c.vocab_size, 1, kMaxVocab, p + "vocab_size");
+    range_f(c.rms_norm_eps, 0.0, 1.0, true, false, p + "rms_norm_eps");
+    if (c.max_position_embeddings != 0)  // 0: the config does not say
+        range(c.max_position_embeddings, kMinContext, kMaxContext, p + "max_position_embeddings");
     check(int(c.layer_kinds.size()) == c.num_layers, p + "linear_attn_config",
           fmt::format("layer lists cover {} layers, num_hidden_layers is {}", c.layer_kinds.size(), c.num_layers));
 
     const std::string la = p + "linear_attn_config.";
     if (c.num_kda_layers() > 0) {
-        check(c.kda.num_heads > 0, la + "num_heads", "must be positive");
-        check(c.kda.head_dim > 0, la + "head_dim", "must be positive");
-        check(c.kda.conv_size >= 1 && c.kda.conv_size <= 16, la + "short_conv_kernel_size",
-              fmt::format("{} is out of range [1, 16]", c.kda.conv_size));
+        range(c.kda.num_heads, 1, kMaxHeads, la + "num_heads");
+        range(c.kda.head_dim, 1, kMaxHeadDim, la + "head_dim");
+        range(c.kda.conv_size, 1, 16, la + "short_conv_kernel_size");
     }
     if (c.kda.gate_lower_bound)
-        check(*c.kda.gate_lower_bound < 0.0f, la + "gate_lower_bound",
-              fmt::format("must be negative, got {}", *c.kda.gate_lower_bound));
+        range_f(*c.kda.gate_lower_bound, kMinGateLowerBound, 0.0, false, true, la + "gate_lower_bound");
 
     if (c.num_mla_layers() > 0) {
-        check(c.mla.num_heads > 0, p + "num_attention_heads", "must be positive");
-        check(c.mla.kv_lora_rank > 0, p + "kv_lora_rank", "must be positive");
-        check(c.mla.qk_nope_head_dim > 0, p + "qk_nope_head_dim", "must be positive");
-        check(c.mla.qk_rope_head_dim >= 0, p + "qk_rope_head_dim", "must not be negative");
-        check(c.mla.v_head_dim > 0, p + "v_head_dim", "must be positive");
-        check(!c.mla.q_lora_rank || *c.mla.q_lora_rank > 0, p + "q_lora_rank", "must be positive or null");
+        range(c.mla.num_heads, 1, kMaxHeads, p + "num_attention_heads");
+        if (c.mla.q_lora_rank) range(*c.mla.q_lora_rank, 1, kMaxHidden, p + "q_lora_rank");
+        range(c.mla.kv_lora_rank, 1, kMaxHidden, p + "kv_lora_rank");
+        range(c.mla.qk_nope_head_dim, 1, kMaxHeadDim, p + "qk_nope_head_dim");
+        range(c.mla.qk_rope_head_dim, 0, kMaxHeadDim, p + "qk_rope_head_dim");
+        range(c.mla.v_head_dim, 1, kMaxHeadDim, p + "v_head_dim");
         check(c.mla.use_nope, p + "mla_use_nope", "false (rotary MLA) is not supported; K3 and Kimi-Linear use NoPE");
     }
 
-    check(c.moe.first_k_dense_replace >= 0 && c.moe.first_k_dense_replace <= c.num_layers,
-          p + "first_k_dense_replace", fmt::format("{} is outside [0, {}]", c.moe.first_k_dense_replace, c.num_layers));
-    if (c.moe.first_k_dense_replace > 0)
-        check(c.intermediate_size > 0, p + "intermediate_size", "must be positive (dense layers exist)");
+    range(c.moe.first_k_dense_replace, 0, c.num_layers, p + "first_k_dense_replace");
+    if (c.moe.first_k_dense_replace > 0) range(c.intermediate_size, 1, kMaxIntermediate, p + "intermediate_size");
     if (c.moe.first_k_dense_replace < c.num_layers) {
         const auto& m = c.moe;
-        check(m.num_experts > 0, p + "num_experts", "must be positive");
+        range(m.num_experts, 1, kMaxExperts, p + "num_experts");
         check(m.top_k > 0 && m.top_k <= m.num_experts, p + "num_experts_per_token",
               fmt::format("{} is outside [1, num_experts = {}]", m.top_k, m.num_experts));
-        check(m.moe_intermediate_size > 0, p + "moe_intermediate_size", "must be positive");
-        check(m.num_shared_experts >= 0, p + "num_shared_experts", "must not be negative");
-        check(!m.routed_expert_hidden_size || *m.routed_expert_hidden_size > 0, p + "routed_expert_hidden_size",
-              "must be positive or absent");
+        range(m.moe_intermediate_size, 1, kMaxIntermediate, p + "moe_intermediate_size");
+        range(m.num_shared_experts, 0, kMaxSharedExperts, p + "num_shared_experts");
+        if (m.routed_expert_hidden_size)
+            range(*m.routed_expert_hidden_size, 1, kMaxHidden, p + "routed_expert_hidden_size");
         check(!m.latent_moe_use_norm || m.routed_expert_hidden_size, p + "latent_moe_use_norm",
               "true needs routed_expert_hidden_size (the latent the norm applies to)");
         const auto& r = m.router;
@@ -272,7 +373,7 @@ void validate(const ModelConfig& c, const std::string& p) {
               fmt::format("{} is outside [1, num_expert_group = {}]", r.topk_group, r.num_expert_group));
         check(m.top_k <= r.topk_group * (m.num_experts / r.num_expert_group), p + "num_experts_per_token",
               "exceeds the experts in the selected groups");
-        check(r.routed_scaling_factor > 0.0f, p + "routed_scaling_factor", "must be positive");
+        range_f(r.routed_scaling_factor, 0.0, kMaxScale, true, false, p + "routed_scaling_factor");
         if (c.expert_format != ExpertFormat::bf16) {
             check(c.expert_in_dim() % kExpertGroupSize == 0,
                   p + (m.routed_expert_hidden_size ? "routed_expert_hidden_size" : "hidden_size"),
@@ -282,17 +383,20 @@ void validate(const ModelConfig& c, const std::string& p) {
         }
     }
     if (c.hidden_act == Activation::situ) {
-        check(c.situ_beta > 0.0f, p + "activation_situ_beta", "must be positive");
-        check(!c.situ_linear_beta || *c.situ_linear_beta > 0.0f, p + "activation_situ_linear_beta",
-              "must be positive or null");
+        range_f(c.situ_beta, 0.0, kMaxScale, true, false, p + "activation_situ_beta");
+        if (c.situ_linear_beta)
+            range_f(*c.situ_linear_beta, 0.0, kMaxScale, true, false, p + "activation_situ_linear_beta");
     }
-    check(!c.attn_res_block_size || *c.attn_res_block_size > 0, p + "attn_res_block_size", "must be positive");
-    auto check_id = [&](const std::optional<int64_t>& id, const char* key) {
-        if (id) check(*id < c.vocab_size, key, fmt::format("{} is not below vocab_size = {}", *id, c.vocab_size));
+    if (c.attn_res_block_size) range(*c.attn_res_block_size, 1, kMaxBlock, p + "attn_res_block_size");
+    auto check_id = [&](const std::optional<int64_t>& id, const std::string& key) {
+        if (id)
+            check(*id >= 0 && *id < c.vocab_size, key,
+                  fmt::format("{} is not a token id below vocab_size = {}", *id, c.vocab_size));
     };
     check_id(c.bos_token_id, "bos_token_id");
     check_id(c.pad_token_id, "pad_token_id");
-    for (int64_t id : c.eos_token_ids) check_id(id, "eos_token_id");
+    for (size_t i = 0; i < c.eos_token_ids.size(); ++i)
+        check_id(c.eos_token_ids[i], c.eos_token_ids.size() > 1 ? fmt::format("eos_token_id[{}]", i) : "eos_token_id");
 }
 
 void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
@@ -301,17 +405,14 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     c.vocab_size = f.positive_int("vocab_size");
     c.rms_norm_eps = f.number("rms_norm_eps", 1e-5f);
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-    if (const json* v = f.find("max_position_embeddings")) c.max_position_embeddings = f.as_int("max_position_embeddings", *v);
+    // The context: a model of 0 or 1 positions cannot hold a prompt and the token generated after it.
+    // transformers' KimiLinearConfig stores it as model_max_length (its attribute_map).
+    const std::string max_pos = f.find("max_position_embeddings") ? "max_position_embeddings" : "model_max_length";
+    if (const json* v = f.find(max_pos)) c.max_position_embeddings = f.int_in(max_pos, *v, kMinContext, kMaxContext);
 
     c.bos_token_id = f.optional_token_id("bos_token_id");
     c.pad_token_id = f.optional_token_id("pad_token_id");
-    if (const json* v = f.find("eos_token_id")) {
-        if (v->is_array()) {
-            for (const auto& e : *v) c.eos_token_ids.push_back(f.as_int("eos_token_id", e));
-        } else {
-            c.eos_token_ids.push_back(f.as_int("eos_token_id", *v));
-        }
-    }
+    if (auto ids = f.optional_token_ids("eos_token_id")) c.eos_token_ids = std::move(*ids);
 
     // Activation.
     std::string act = f.optional_string("hidden_act").value_or("silu");
@@ -322,38 +423,70 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     if (f.explicit_null("activation_situ_linear_beta")) c.situ_linear_beta.reset();
     else c.situ_linear_beta = f.number("activation_situ_linear_beta", 25.0f);
 
-    // KDA.
+    // Which writer: transformers 5.x describes layers by per-layer type lists, Moonshot by linear_attn_config.
+    c.dialect = f.find("layer_types") || f.find("mlp_layer_types") ? ConfigDialect::transformers
+                                                                   : ConfigDialect::moonshot;
+    const bool hf = c.dialect == ConfigDialect::transformers;
+
+    // Layer kinds and KDA: linear_attn_config (1-based lists) and/or layer_types; both present must agree.
     {
-        Fields la(f.need("linear_attn_config"), f.name("linear_attn_config."));
-        std::vector<int> kda = layer_list(la, "kda_layers");
-        std::vector<int> full = layer_list(la, "full_attn_layers");
-        c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
-        std::vector<int> seen(size_t(c.num_layers), 0);
-        auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
-            for (int l1 : list) {
-                if (l1 < 1 || l1 > c.num_layers)
-                    la.fail(key, fmt::format("layer {} is outside 1..{} (the lists are 1-based)", l1, c.num_layers));
-                if (seen[size_t(l1 - 1)]++)
-                    la.fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or repeated)", l1));
-                c.layer_kinds[size_t(l1 - 1)] = kind;
-            }
-        };
-        mark(kda, "kda_layers", LayerKind::kda);
-        mark(full, "full_attn_layers", LayerKind::mla);
-        for (int l = 0; l < c.num_layers; ++l)
-            if (!seen[size_t(l)])
-                la.fail("kda_layers", fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1));
-        if (!kda.empty()) {
-            c.kda.num_heads = la.positive_int("num_heads");
-            c.kda.head_dim = la.positive_int("head_dim");
-        } else {
-            c.kda.num_heads = la.nonneg_int("num_heads", 0);
-            c.kda.head_dim = la.nonneg_int("head_dim", 0);
+        const json* la_json = f.find("linear_attn_config");
+        const json* types = f.find("layer_types");
+        if (!la_json && !types)
+            f.fail("linear_attn_config",
+                   "missing (neither linear_attn_config nor layer_types says which layers are KDA)");
+        std::optional<Fields> la;
+        if (la_json) {
+            la.emplace(*la_json, f.name("linear_attn_config."));
+            std::vector<int> kda = layer_list(*la, "kda_layers", c.num_layers);
+            std::vector<int> full = layer_list(*la, "full_attn_layers", c.num_layers);
+            c.layer_kinds.assign(size_t(c.num_layers), LayerKind::kda);
+            std::vector<int> seen(size_t(c.num_layers), 0);
+            auto mark = [&](const std::vector<int>& list, const char* key, LayerKind kind) {
+                for (int l1 : list) {
+                    if (seen[size_t(l1 - 1)]++)
+                        la->fail(key, fmt::format("layer {} is listed twice (in kda_layers and full_attn_layers, or "
+                                                  "repeated)", l1));
+                    c.layer_kinds[size_t(l1 - 1)] = kind;
+                }
+            };
+            mark(kda, "kda_layers", LayerKind::kda);
+            mark(full, "full_attn_layers", LayerKind::mla);
+            for (int l = 0; l < c.num_layers; ++l)
+                if (!seen[size_t(l)])
+                    la->fail("kda_layers",
+                             fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1));
         }
-        c.kda.conv_size = la.nonneg_int("short_conv_kernel_size", 4);
-        c.kda.gate_lower_bound = la.optional_number("gate_lower_bound");
-        c.kda.use_full_rank_gate = la.boolean("use_full_rank_gate", false);
-        la.check_unknown(opts);
+        if (types) {
+            std::vector<LayerKind> kinds = layer_types(f, "layer_types", c.num_layers);
+            for (int l = 0; la_json && l < c.num_layers; ++l)
+                if (kinds[size_t(l)] != c.layer_kinds[size_t(l)])
+                    f.fail(fmt::format("layer_types[{}]", l),
+                           fmt::format("'{}' disagrees with linear_attn_config, which makes layer {} (1-based) {}",
+                                       (*types)[size_t(l)].get<std::string>(), l + 1,
+                                       c.layer_kinds[size_t(l)] == LayerKind::kda ? "KDA" : "MLA"));
+            c.layer_kinds = std::move(kinds);
+        }
+        const bool any_kda = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::kda) > 0;
+        // linear_attn_config.<key> and/or transformers' flat <hf_key>.
+        auto kda_dim = [&](const char* key, const char* hf_key, int fallback, bool required) {
+            std::optional<int> a, b;
+            if (la && la->find(key)) a = required ? la->positive_int(key) : la->nonneg_int(key);
+            if (f.find(hf_key)) b = required ? f.positive_int(hf_key) : f.nonneg_int(hf_key);
+            if (a && b && *a != *b)
+                f.fail(hf_key, fmt::format("{} differs from linear_attn_config.{} = {}", *b, key, *a));
+            if (a || b) return a ? *a : *b;
+            if (required) la ? la->fail(key, "missing") : f.fail(hf_key, "missing");
+            return fallback;
+        };
+        c.kda.num_heads = kda_dim("num_heads", "linear_num_heads", 0, any_kda);
+        c.kda.head_dim = kda_dim("head_dim", "linear_head_dim", 0, any_kda);
+        c.kda.conv_size = kda_dim("short_conv_kernel_size", "linear_conv_kernel_dim", 4, false);
+        if (la) {
+            c.kda.gate_lower_bound = la->optional_number("gate_lower_bound");
+            c.kda.use_full_rank_gate = la->boolean("use_full_rank_gate", false);
+            la->check_unknown(opts);
+        }
     }
 
     // MLA.
@@ -371,28 +504,44 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
         c.mla.qk_nope_head_dim = f.positive_int("qk_nope_head_dim");
         c.mla.qk_rope_head_dim = f.nonneg_int("qk_rope_head_dim");
         c.mla.v_head_dim = f.positive_int("v_head_dim");
+        if (f.find("qk_head_dim") && f.positive_int("qk_head_dim") != c.mla.qk_head_dim())  // transformers derives it
+            f.fail("qk_head_dim", fmt::format("{} is not qk_nope_head_dim + qk_rope_head_dim = {}",
+                                              f.positive_int("qk_head_dim"), c.mla.qk_head_dim()));
     } else {
         for (const char* k : {"num_attention_heads", "num_key_value_heads", "q_lora_rank", "kv_lora_rank",
-                              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+                              "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim"})
             f.find(k);
     }
-    c.mla.use_nope = f.boolean("mla_use_nope", false);
+    // transformers' Kimi-Linear MLA never rotates, whatever its (optional) mla_use_nope says.
+    c.mla.use_nope = f.boolean("mla_use_nope", hf) || hf;
     c.mla.use_output_gate = f.boolean("mla_use_output_gate", false);
 
-    // MoE.
-    c.moe.first_k_dense_replace = f.nonneg_int("first_k_dense_replace", 0);
+    // MoE. Dense layers come first: first_k_dense_replace (default 0, transformers 1) and/or mlp_layer_types.
+    {
+        std::optional<int> first_k;
+        if (f.find("first_k_dense_replace")) first_k = f.nonneg_int("first_k_dense_replace");
+        if (f.find("mlp_layer_types")) {
+            const int dense = leading_dense_layers(f, "mlp_layer_types", c.num_layers);
+            if (first_k && *first_k != dense)
+                f.fail("first_k_dense_replace",
+                       fmt::format("{} disagrees with mlp_layer_types, which starts with {} dense layer{}", *first_k,
+                                   dense, dense == 1 ? "" : "s"));
+            first_k = dense;
+        }
+        c.moe.first_k_dense_replace = first_k.value_or(hf ? 1 : 0);
+    }
     if (c.moe.first_k_dense_replace > 0) c.intermediate_size = f.positive_int("intermediate_size");
     else c.intermediate_size = f.nonneg_int("intermediate_size", 0);
     if (c.moe.first_k_dense_replace < c.num_layers) {
-        c.moe.num_experts = f.positive_int("num_experts");
-        c.moe.top_k = f.positive_int("num_experts_per_token");
+        c.moe.num_experts = f.positive_int(f.pick("num_experts", "num_local_experts"));
+        c.moe.top_k = f.positive_int(f.pick("num_experts_per_token", "num_experts_per_tok"));
         c.moe.moe_intermediate_size = f.positive_int("moe_intermediate_size");
     } else {
-        c.moe.num_experts = f.nonneg_int("num_experts", 0);
-        c.moe.top_k = f.nonneg_int("num_experts_per_token", 0);
+        c.moe.num_experts = f.nonneg_int(f.pick("num_experts", "num_local_experts"), 0);
+        c.moe.top_k = f.nonneg_int(f.pick("num_experts_per_token", "num_experts_per_tok"), 0);
         c.moe.moe_intermediate_size = f.nonneg_int("moe_intermediate_size", 0);
     }
-    c.moe.num_shared_experts = f.nonneg_int("num_shared_experts", 0);
+    c.moe.num_shared_experts = f.nonneg_int(f.pick("num_shared_experts", "n_shared_experts"), 0);
     c.moe.routed_expert_hidden_size = f.optional_positive_int("routed_expert_hidden_size");
     c.moe.latent_moe_use_norm = f.boolean("latent_moe_use_norm", false);
     if (int freq = f.nonneg_int("moe_layer_freq", 1); freq != 1)
@@ -409,15 +558,19 @@ void parse_text_config(ModelConfig& c, Fields& f, const ParseOptions& opts) {
     if (topk_method == "noaux_tc") r.use_correction_bias = true;
     else if (topk_method == "greedy") r.use_correction_bias = false;
     else f.fail("topk_method", fmt::format("'{}' is not supported (noaux_tc or greedy)", topk_method));
-    r.renormalize = f.boolean("moe_renormalize", true);
+    r.renormalize = f.boolean(f.pick("moe_renormalize", "norm_topk_prob"), true);
     r.routed_scaling_factor = f.number("routed_scaling_factor", 1.0f);
-    bool grouped = f.boolean("use_grouped_topk", false);
-    r.num_expert_group = f.nonneg_int("num_expert_group", 1);
+    // transformers' router always applies its groups (it has no use_grouped_topk switch).
+    bool grouped = f.boolean("use_grouped_topk", hf);
+    r.num_expert_group = f.nonneg_int(f.pick("num_expert_group", "n_group"), 1);
     r.topk_group = f.nonneg_int("topk_group", 1);
     if (!grouped) r.num_expert_group = r.topk_group = 1;
 
-    // Residual.
-    c.attn_res_block_size = f.optional_positive_int("attn_res_block_size");
+    // Residual. transformers writes 0 for "no Attention Residuals".
+    if (const json* v = f.find("attn_res_block_size"); v && hf && v->is_number() && v->get<double>() == 0.0)
+        c.attn_res_block_size.reset();
+    else
+        c.attn_res_block_size = f.optional_positive_int("attn_res_block_size");
 }
 
 }  // namespace
@@ -459,11 +612,7 @@ ModelConfig parse_config(const json& j, const ParseOptions& opts) {
         Fields top(j, "");
         if (auto v = top.optional_token_id("bos_token_id")) c.bos_token_id = v;
         if (auto v = top.optional_token_id("pad_token_id")) c.pad_token_id = v;
-        if (const json* v = top.find("eos_token_id")) {
-            c.eos_token_ids.clear();
-            if (v->is_array()) for (const auto& e : *v) c.eos_token_ids.push_back(top.as_int("eos_token_id", e));
-            else c.eos_token_ids.push_back(top.as_int("eos_token_id", *v));
-        }
+        if (auto ids = top.optional_token_ids("eos_token_id")) c.eos_token_ids = std::move(*ids);
         if (const json* v = top.find("tie_word_embeddings")) {
             if (!v->is_boolean()) top.fail("tie_word_embeddings", "expected true or false");
             c.tie_word_embeddings = c.tie_word_embeddings || v->get<bool>();
@@ -518,7 +667,9 @@ json to_json(const ModelConfig& c) {
     t["vocab_size"] = c.vocab_size;
     t["rms_norm_eps"] = num(c.rms_norm_eps);
     t["tie_word_embeddings"] = c.tie_word_embeddings;
-    if (c.max_position_embeddings > 0) t["max_position_embeddings"] = c.max_position_embeddings;
+    const bool hf = c.dialect == ConfigDialect::transformers;
+    if (c.max_position_embeddings > 0)
+        t[hf ? "model_max_length" : "max_position_embeddings"] = c.max_position_embeddings;
     if (c.bos_token_id) t["bos_token_id"] = *c.bos_token_id;
     if (c.eos_token_ids.size() == 1) t["eos_token_id"] = c.eos_token_ids[0];
     else if (!c.eos_token_ids.empty()) t["eos_token_id"] = c.eos_token_ids;
@@ -540,7 +691,22 @@ json to_json(const ModelConfig& c) {
     la["short_conv_kernel_size"] = c.kda.conv_size;
     if (c.kda.gate_lower_bound) la["gate_lower_bound"] = num(*c.kda.gate_lower_bound);
     la["use_full_rank_gate"] = c.kda.use_full_rank_gate;
-    t["linear_attn_config"] = la;
+    if (!hf) {
+        t["linear_attn_config"] = la;
+    } else {
+        json types = json::array(), mlp_types = json::array();
+        for (int l = 0; l < c.num_layers; ++l) {
+            types.push_back(c.is_kda(l) ? "linear_attention" : "full_attention");
+            mlp_types.push_back(c.is_moe(l) ? "sparse" : "dense");
+        }
+        t["layer_types"] = types;
+        t["mlp_layer_types"] = mlp_types;
+        t["linear_num_heads"] = c.kda.num_heads;
+        t["linear_head_dim"] = c.kda.head_dim;
+        t["linear_conv_kernel_dim"] = c.kda.conv_size;
+        // transformers has no fields for K3's KDA gates; a re-saved Moonshot config keeps them here.
+        if (c.kda.gate_lower_bound || c.kda.use_full_rank_gate) t["linear_attn_config"] = la;
+    }
 
     t["num_attention_heads"] = c.mla.num_heads;
     t["num_key_value_heads"] = c.mla.num_heads;
@@ -549,27 +715,36 @@ json to_json(const ModelConfig& c) {
     t["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
     t["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
     t["v_head_dim"] = c.mla.v_head_dim;
-    t["mla_use_nope"] = c.mla.use_nope;
+    if (hf) {
+        t["qk_head_dim"] = c.mla.qk_head_dim();
+        t["head_dim"] = c.mla.qk_rope_head_dim;
+    } else {
+        t["mla_use_nope"] = c.mla.use_nope;
+    }
     t["mla_use_output_gate"] = c.mla.use_output_gate;
 
-    t["first_k_dense_replace"] = c.moe.first_k_dense_replace;
+    if (!hf) t["first_k_dense_replace"] = c.moe.first_k_dense_replace;
     t["intermediate_size"] = c.intermediate_size;
     t["num_experts"] = c.moe.num_experts;
     t["num_experts_per_token"] = c.moe.top_k;
     t["num_shared_experts"] = c.moe.num_shared_experts;
     t["moe_intermediate_size"] = c.moe.moe_intermediate_size;
     if (c.moe.routed_expert_hidden_size) t["routed_expert_hidden_size"] = *c.moe.routed_expert_hidden_size;
-    t["latent_moe_use_norm"] = c.moe.latent_moe_use_norm;
-    t["moe_layer_freq"] = 1;
-    t["moe_router_activation_func"] = "sigmoid";
-    t["topk_method"] = c.moe.router.use_correction_bias ? "noaux_tc" : "greedy";
+    if (!hf || c.moe.latent_moe_use_norm) t["latent_moe_use_norm"] = c.moe.latent_moe_use_norm;
+    if (!hf) {
+        t["moe_layer_freq"] = 1;
+        t["moe_router_activation_func"] = "sigmoid";
+    }
+    if (!hf || !c.moe.router.use_correction_bias)
+        t["topk_method"] = c.moe.router.use_correction_bias ? "noaux_tc" : "greedy";
     t["moe_renormalize"] = c.moe.router.renormalize;
     t["routed_scaling_factor"] = num(c.moe.router.routed_scaling_factor);
-    t["use_grouped_topk"] = c.moe.router.num_expert_group > 1;
+    if (!hf) t["use_grouped_topk"] = c.moe.router.num_expert_group > 1;
     t["num_expert_group"] = c.moe.router.num_expert_group;
     t["topk_group"] = c.moe.router.topk_group;
-    t["num_nextn_predict_layers"] = 0;
+    if (!hf) t["num_nextn_predict_layers"] = 0;
     if (c.attn_res_block_size) t["attn_res_block_size"] = *c.attn_res_block_size;
+    else if (hf) t["attn_res_block_size"] = 0;
     t["torch_dtype"] = "bfloat16";
 
     json quant = nullptr;
@@ -587,6 +762,7 @@ json to_json(const ModelConfig& c) {
             {"ignore", json::array({prefix + "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\..*",
                                     "re:.*block_sparse_moe\\.gate$", "re:.*routed_expert_(down|up)_proj$"})},
         };
+        if (hf) quant["ignore"].push_back("re:.*block_sparse_moe\\.(gate|up|down)_proj$");  // the dense MLP
     }
 
     if (c.layout == TensorLayout::kimi_linear) {

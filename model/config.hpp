@@ -6,9 +6,21 @@
 //     `mxfp4-pack-quantized` (or `pack-quantized` INT4) for the routed experts, absent for bf16 experts.
 //     Tensor layout: `language_model.model.…` with `language_model.lm_head` beside `model.`.
 //   - Kimi-Linear-48B: `model_type: "kimi_linear"` at the top level. Tensor layout `model.…`, `lm_head`.
+//   - Either decoder config as Moonshot writes it (ConfigDialect::moonshot) or as Hugging Face transformers
+//     5.x's KimiLinearConfig saves it (ConfigDialect::transformers, chosen by the presence of
+//     `layer_types` / `mlp_layer_types`): per-layer `layer_types` ("linear_attention" = KDA,
+//     "full_attention" = MLA) instead of (or beside, then agreeing with) linear_attn_config's lists, KDA
+//     dims as `linear_num_heads` / `linear_head_dim` / `linear_conv_kernel_dim`, `mlp_layer_types`
+//     ("dense" / "sparse") or first_k_dense_replace defaulting to 1, NoPE MLA whatever `mla_use_nope`
+//     says, `model_max_length` for max_position_embeddings, attn_res_block_size 0 for none, and the
+//     transformers spellings n_group, n_shared_experts, num_experts_per_tok, num_local_experts and
+//     norm_topk_prob accepted for their Moonshot names. Its save_pretrained writes the dense MLP under
+//     `block_sparse_moe.{gate,up,down}_proj` (tensor_names.hpp).
 // Layer lists in `linear_attn_config` are 1-based in the file; ModelConfig::layer_kinds is 0-based.
 // Unknown model types, unsupported values (e.g. RoPE MLA, a softmax router) and inconsistent fields are
-// refused with a ConfigError naming the field (`text_config.linear_attn_config.kda_layers: ...`).
+// refused with a ConfigError naming the field (`text_config.linear_attn_config.kda_layers: ...`). Every
+// numeric field is range-checked before it is narrowed (list elements named `kda_layers[3]`); floats must
+// be finite in fp32; token ids lie in [0, vocab_size); max_position_embeddings, when given, is at least 2.
 // Keys of the decoder config kiln does not know are logged as a warning, or refused with
 // ParseOptions::strict; the K3 wrapper's own keys (vision_config, media ids, ...) are not inspected.
 #pragma once
@@ -36,6 +48,8 @@ enum class Activation : uint8_t { silu, situ };
 enum class RouterActivation : uint8_t { sigmoid };
 // Where the tensors live: K3 (`language_model.model.`) or Kimi-Linear (`model.`).
 enum class TensorLayout : uint8_t { k3, kimi_linear };
+// Who wrote config.json (and named the dense MLP tensors): Moonshot or transformers 5.x (see above).
+enum class ConfigDialect : uint8_t { moonshot, transformers };
 
 struct KdaConfig {
     int num_heads = 0;                       // H
@@ -83,6 +97,7 @@ struct MoeConfig {
 struct ModelConfig {
     std::string model_type;                  // "kimi_k3" or "kimi_linear" (top level)
     TensorLayout layout = TensorLayout::k3;
+    ConfigDialect dialect = ConfigDialect::moonshot;
     int hidden_size = 0;                     // d
     int num_layers = 0;
     int vocab_size = 0;
@@ -114,10 +129,14 @@ struct ModelConfig {
     int num_mla_layers() const;
     // Input width of a routed expert: the latent width if present, else hidden_size.
     int expert_in_dim() const { return moe.routed_expert_hidden_size.value_or(hidden_size); }
+    // eps of the MLA q_a_layernorm and kv_a_layernorm: Kimi-Linear's code (Moonshot's and transformers')
+    // builds them with the RMSNorm default 1e-6; K3 uses rms_norm_eps.
+    float mla_latent_norm_eps() const { return layout == TensorLayout::kimi_linear ? 1e-6f : rms_norm_eps; }
 };
 
 struct ParseOptions {
     bool strict = false;  // refuse unknown keys instead of warning about them
+    bool quiet = false;   // no warning for unknown keys (a second reader of a file already parsed)
 };
 
 ModelConfig parse_config(const nlohmann::json& j, const ParseOptions& opts = {});
@@ -125,8 +144,8 @@ ModelConfig parse_config(const nlohmann::json& j, const ParseOptions& opts = {})
 ModelConfig load_config(const std::filesystem::path& dir_or_file, const ParseOptions& opts = {});
 
 // The Hugging Face layout for `c`: a kimi_k3 wrapper with text_config for TensorLayout::k3, a flat
-// kimi_linear config otherwise; quantization_config for the packed expert formats. parse_config(to_json(c))
-// reproduces c.
+// kimi_linear config otherwise, in c.dialect; quantization_config for the packed expert formats.
+// parse_config(to_json(c)) reproduces c.
 nlohmann::json to_json(const ModelConfig& c);
 
 // Re-checks the consistency rules parse_config applies (for configs built in code, e.g. presets).

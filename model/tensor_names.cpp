@@ -37,7 +37,7 @@ size_t TensorSpec::nbytes() const {
     return n;
 }
 
-TensorNames::TensorNames(TensorLayout layout) : layout_(layout) {
+TensorNames::TensorNames(TensorLayout layout, ConfigDialect dialect) : layout_(layout), dialect_(dialect) {
     if (layout == TensorLayout::k3) {
         model_ = "language_model.model.";
         lm_head_ = "language_model.lm_head.weight";
@@ -49,6 +49,11 @@ TensorNames::TensorNames(TensorLayout layout) : layout_(layout) {
 
 std::string TensorNames::layer(int l, std::string_view suffix) const {
     return fmt::format("{}layers.{}.{}", model_, l, suffix);
+}
+
+std::string TensorNames::dense_mlp(int l, std::string_view proj) const {
+    return fmt::format("{}layers.{}.{}.{}.weight", model_, l,
+                       dialect_ == ConfigDialect::transformers ? "block_sparse_moe" : "mlp", proj);
 }
 
 std::string TensorNames::expert(int l, int e, ExpertProj p) const {
@@ -123,9 +128,9 @@ std::vector<LogicalTensor> logical_tensors(const ModelConfig& c) {
         }
         if (!c.is_moe(l)) {
             const int64_t I = c.intermediate_size;
-            add(n.layer(l, "mlp.gate_proj.weight"), TensorRole::linear, {I, d}, l);
-            add(n.layer(l, "mlp.up_proj.weight"), TensorRole::linear, {I, d}, l);
-            add(n.layer(l, "mlp.down_proj.weight"), TensorRole::linear, {d, I}, l);
+            add(n.dense_mlp(l, "gate_proj"), TensorRole::linear, {I, d}, l);
+            add(n.dense_mlp(l, "up_proj"), TensorRole::linear, {I, d}, l);
+            add(n.dense_mlp(l, "down_proj"), TensorRole::linear, {d, I}, l);
             continue;
         }
         const auto& m = c.moe;

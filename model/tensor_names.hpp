@@ -7,6 +7,9 @@
 //   self_attention_res_{proj,norm}, mlp_res_{proj,norm}, self_attn.*, mlp.* (dense),
 //   block_sparse_moe.{gate, routed_expert_{down,up}_proj, routed_expert_norm, shared_experts.*,
 //   experts.{e}.{w1,w3,w2}}}. Kimi-Linear layout: the same under model. with lm_head.weight.
+// The dense MLP is `mlp.{gate,up,down}_proj` in Moonshot's checkpoints and `block_sparse_moe.{gate,up,down}_proj`
+// in those transformers 5.x saves (ConfigDialect::transformers: it renames every layer's mlp back to
+// block_sparse_moe).
 // Routed experts (w1 = gate, w3 = up, w2 = down) are stored as `.weight` (bf16) or
 // `.weight_packed` + `.weight_scale` (+ `.weight_shape` for INT4), see expert_format.hpp.
 // Tensors outside the text model (vision_tower.*, mm_projector.* beside language_model.) are not listed.
@@ -73,8 +76,8 @@ struct TensorSpec {
 // Builds names for one layout.
 class TensorNames {
 public:
-    explicit TensorNames(TensorLayout layout);
-    explicit TensorNames(const ModelConfig& c) : TensorNames(c.layout) {}
+    explicit TensorNames(TensorLayout layout, ConfigDialect dialect = ConfigDialect::moonshot);
+    explicit TensorNames(const ModelConfig& c) : TensorNames(c.layout, c.dialect) {}
 
     std::string embed_tokens() const { return model_ + "embed_tokens.weight"; }
     std::string final_norm() const { return model_ + "norm.weight"; }
@@ -83,6 +86,8 @@ public:
     std::string output_res_norm() const { return model_ + "output_attn_res_norm.weight"; }
     // `…model.layers.{l}.` + suffix, e.g. layer(3, "self_attn.q_proj.weight").
     std::string layer(int l, std::string_view suffix) const;
+    // The dense MLP's `proj` (gate_proj, up_proj, down_proj) weight of layer l, as the dialect names it.
+    std::string dense_mlp(int l, std::string_view proj) const;
     // `…layers.{l}.block_sparse_moe.experts.{e}.{w1|w3|w2}` (append .weight / .weight_packed / ...).
     std::string expert(int l, int e, ExpertProj p) const;
     // True for names kiln does not load in this layout (vision tower, projector).
@@ -90,6 +95,7 @@ public:
 
 private:
     TensorLayout layout_;
+    ConfigDialect dialect_;
     std::string model_;    // "language_model.model." or "model."
     std::string lm_head_;  // "language_model.lm_head.weight" or "lm_head.weight"
 };

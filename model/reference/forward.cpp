@@ -52,7 +52,7 @@ MlaDims mla_dims(const ModelConfig& c) {
     d.qk_rope = size_t(c.mla.qk_rope_head_dim);
     d.v_head = size_t(c.mla.v_head_dim);
     d.output_gate = c.mla.use_output_gate;
-    d.norm_eps = c.rms_norm_eps;
+    d.norm_eps = c.mla_latent_norm_eps();
     return d;
 }
 
@@ -163,7 +163,9 @@ ReferenceModel::ReferenceModel(const ModelConfig& config, const Checkpoint& ck)
         layer.moe = config_.is_moe(l);
         if (!layer.moe) {
             const size_t I = size_t(config_.intermediate_size);
-            layer.dense = {mat("mlp.gate_proj.weight", I, d), mat("mlp.up_proj.weight", I, d), mat("mlp.down_proj.weight", d, I)};
+            layer.dense = {load_matrix(ck, n.dense_mlp(l, "gate_proj"), I, d),
+                           load_matrix(ck, n.dense_mlp(l, "up_proj"), I, d),
+                           load_matrix(ck, n.dense_mlp(l, "down_proj"), d, I)};
             layer.dense.validate(d, I, "dense mlp");
         } else {
             LatentMoeWeights& w = layer.experts;
@@ -206,6 +208,10 @@ Matrix ReferenceModel::forward(RequestState& state, std::span<const uint32_t> id
         if (id >= V) throw InvalidArgument(fmt::format("token id {} is outside the vocabulary (size {})", id, V));
     if (state.kda_.size() != layers_.size() || state.mla_.size() != layers_.size())
         throw InvalidArgument("request state does not belong to this model");
+    if (const int64_t ctx = config_.max_position_embeddings; ctx > 0 && int64_t(state.position_ + T) > ctx)
+        throw InvalidArgument(fmt::format("{} token{} at position {} would run past the model's context of {} "
+                                          "positions (max_position_embeddings)",
+                                          T, T == 1 ? "" : "s", state.position_, ctx));
     if (T == 0) return Matrix(0, V);
 
     const KdaMode kda_mode = opts.kda.value_or(T > 1 ? KdaMode::chunked : KdaMode::recurrent);

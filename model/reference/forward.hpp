@@ -66,7 +66,7 @@ public:
     RequestState new_request() const;
 
     // Logits [ids.size(), vocab] for the new tokens; advances `state`. Throws InvalidArgument (state
-    // untouched) for an id outside the vocabulary.
+    // untouched) for an id outside the vocabulary or tokens past max_position_embeddings (when set).
     Matrix forward(RequestState& state, std::span<const uint32_t> ids, const ForwardOptions& opts = {}) const;
 
 private:

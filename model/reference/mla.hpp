@@ -25,7 +25,7 @@ struct MlaDims {
     size_t qk_rope = 0;       // d_r
     size_t v_head = 0;        // d_v
     bool output_gate = true;
-    float norm_eps = 1e-5f;
+    float norm_eps = 1e-5f;   // q_a_layernorm and kv_a_layernorm (ModelConfig::mla_latent_norm_eps)
 
     size_t qk_head() const { return qk_nope + qk_rope; }
     size_t cache_width() const { return kv_lora_rank + qk_rope; }

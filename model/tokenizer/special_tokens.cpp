@@ -1,5 +1,6 @@
 #include "model/tokenizer/special_tokens.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -66,29 +67,38 @@ std::vector<std::string> special_names_from_table(const SpecialNameTable& table,
     return names;
 }
 
-std::vector<std::string> special_names_from_config(const nlohmann::json& config, uint32_t n_mergeable,
-                                                   const std::string& source) {
-    std::vector<std::string> names = special_names_from_table({}, n_mergeable);
+std::vector<std::pair<uint64_t, std::string>> added_tokens(const nlohmann::json& config, const std::string& source) {
     if (!config.is_object()) throw TokenizerError(fmt::format("{}: expected a JSON object", source));
+    std::vector<std::pair<uint64_t, std::string>> out;
     const auto it = config.find("added_tokens_decoder");
-    if (it == config.end()) return names;
+    if (it == config.end()) return out;
     if (!it->is_object()) throw TokenizerError(fmt::format("{}: added_tokens_decoder must be an object", source));
     for (const auto& [key, entry] : it->items()) {
         uint64_t id = 0;
         try {
             size_t used = 0;
             id = std::stoull(key, &used);
-            if (used != key.size()) throw std::invalid_argument(key);
+            if (used != key.size() || key.empty() || key[0] < '0' || key[0] > '9') throw std::invalid_argument(key);
         } catch (const std::exception&) {
             throw TokenizerError(fmt::format("{}: added_tokens_decoder key '{}' is not a token id", source, key));
         }
         if (!entry.is_object() || !entry.contains("content") || !entry["content"].is_string()) {
             throw TokenizerError(fmt::format("{}: added_tokens_decoder[\"{}\"] has no string \"content\"", source, key));
         }
-        if (id < n_mergeable || id >= n_mergeable + num_reserved_special) continue;
-        const std::string content = entry["content"].get<std::string>();
+        std::string content = entry["content"].get<std::string>();
         if (content.empty()) throw TokenizerError(fmt::format("{}: token {} has empty content", source, id));
-        names[id - n_mergeable] = content;
+        out.emplace_back(id, std::move(content));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<std::string> special_names_from_config(const nlohmann::json& config, uint32_t n_mergeable,
+                                                   const std::string& source) {
+    std::vector<std::string> names = special_names_from_table({}, n_mergeable);
+    for (auto& [id, content] : added_tokens(config, source)) {
+        if (id < n_mergeable || id >= n_mergeable + num_reserved_special) continue;
+        names[id - n_mergeable] = std::move(content);
     }
     std::set<std::string_view> seen;
     for (uint32_t i = 0; i < num_reserved_special; ++i) {

@@ -26,6 +26,11 @@ const SpecialNameTable& k2_special_names();
 // The 256 names for ids n_mergeable..n_mergeable+255: the table's names, `<|reserved_token_{id}|>` elsewhere.
 std::vector<std::string> special_names_from_table(const SpecialNameTable& table, uint32_t n_mergeable);
 
+// The entries of a parsed tokenizer_config.json's `added_tokens_decoder` ({"163586": {"content": ...}}) as
+// (id, content), in id order. Throws TokenizerError naming `source` on a key that is not a decimal id or
+// an entry without a non-empty string "content".
+std::vector<std::pair<uint64_t, std::string>> added_tokens(const nlohmann::json& config, const std::string& source);
+
 // Same, from a parsed tokenizer_config.json (`added_tokens_decoder`: {"163586": {"content": ...}}).
 // Entries outside the reserved range are ignored (as tokenization_kimi.py does). Throws
 // TokenizerError on malformed entries or two ids with one name; `source` names the file in errors.

@@ -7,6 +7,7 @@
 
 #include "model/tokenizer/bpe.hpp"
 #include "model/tokenizer/chunking.hpp"
+#include "model/tokenizer/model_vocab.hpp"
 #include "model/tokenizer/tokenizer_error.hpp"
 #include "model/tokenizer/utf8.hpp"
 
@@ -107,7 +108,10 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Tokenizer Tokenizer::load(const std::filesystem::path& dir) { return Tokenizer(Vocabulary::load(dir)); }
+Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+    if (!std::filesystem::exists(dir / "config.json")) return Tokenizer(Vocabulary::load(dir));
+    return load_model_tokenizer(dir, load_config(dir, ParseOptions{.quiet = true}));
+}
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const {
     pretokenizer_->for_each_piece(text, [&](std::string_view piece) { byte_pair_encode(ranks_, piece, out); });

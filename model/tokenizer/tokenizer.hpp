@@ -35,7 +35,8 @@ public:
     Tokenizer(Tokenizer&&) noexcept;
     Tokenizer& operator=(Tokenizer&&) noexcept;
 
-    // Loads a model directory (tiktoken.model + tokenizer_config.json).
+    // Loads a model directory (tiktoken.model + tokenizer_config.json). When the directory holds a
+    // config.json, the vocabulary is checked against it (model_vocab.hpp).
     static Tokenizer load(const std::filesystem::path& dir);
 
     std::vector<uint32_t> encode(std::string_view text, SpecialTokens mode) const;

@@ -38,6 +38,14 @@ Vocabulary Vocabulary::load(const std::filesystem::path& dir) {
             throw TokenizerError(fmt::format("{}: not valid JSON: {}", config_file.string(), e.what()));
         }
         v.specials = special_names_from_config(config, n, config_file.string());
+        // A tiktoken.model with missing or extra lines moves the special ids; the names must still land on them.
+        for (const auto& [id, content] : added_tokens(config, config_file.string())) {
+            if (id >= n && id < n + num_reserved_special) continue;
+            throw TokenizerError(fmt::format(
+                "{}: added_tokens_decoder names token {} '{}', but {} has {} tokens, so the special ids are {}..{} "
+                "(is tiktoken.model truncated or from another model?)",
+                config_file.string(), id, content, model_file.string(), n, n, n + num_reserved_special - 1));
+        }
     } else {
         log::warn("{} has no tokenizer_config.json; using the K3 special-token names", dir.string());
         v.specials = special_names_from_table(k3_special_names(), n);

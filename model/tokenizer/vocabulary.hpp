@@ -14,7 +14,9 @@ struct Vocabulary {
     std::vector<std::string> specials;   // 256 names; id = mergeable.size() + index
 
     // Reads dir/tiktoken.model and the special names from dir/tokenizer_config.json. Without a
-    // tokenizer_config.json the K3 names are used (with a warning).
+    // tokenizer_config.json the K3 names are used (with a warning). A token that added_tokens_decoder
+    // names outside the 256 ids after the mergeable ranks (a truncated or foreign tiktoken.model) is an
+    // error naming both files.
     static Vocabulary load(const std::filesystem::path& dir);
 
     // Writes dir/tiktoken.model (and nothing else), atomically.

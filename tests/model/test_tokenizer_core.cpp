@@ -3,10 +3,14 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "model/config.hpp"
+#include "model/preset.hpp"
 #include "model/tokenizer/bpe.hpp"
+#include "model/tokenizer/model_vocab.hpp"
 #include "model/tokenizer/chunking.hpp"
 #include "model/tokenizer/special_tokens.hpp"
 #include "model/tokenizer/tiktoken_file.hpp"
@@ -188,6 +192,59 @@ TEST_CASE("tiny vocabulary: layout, written files read back identically") {
     CHECK(error_of([&] { Tokenizer::load(dir.path / "nope"); }).find("does not exist") != std::string::npos);
     std::filesystem::create_directories(dir.path / "empty");
     CHECK(error_of([&] { Tokenizer::load(dir.path / "empty"); }).find("has no tiktoken.model") != std::string::npos);
+}
+
+TEST_CASE("a vocabulary that does not fit the model's config.json is refused, naming the files and the mismatch") {
+    kiln::test::TempDir dir("model-vocab");
+    const std::filesystem::path model = dir.path / "model";
+    write_tiny_vocab(model);
+    ModelConfig config = k3_tiny_config();
+    auto write_config = [&](const ModelConfig& c) {
+        std::ofstream(model / "config.json", std::ios::trunc) << to_json(c).dump(2);
+    };
+    write_config(config);
+    CHECK(Tokenizer::load(model).vocab_size() == 4096);
+    CHECK(load_model_tokenizer(model, config).vocab_size() == 4096);
+
+    std::string full;
+    {
+        std::ifstream in(model / "tiktoken.model", std::ios::binary);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        full = ss.str();
+    }
+    // Drop the last three ranks: still a valid tiktoken file, but every special id moves down by three.
+    std::string truncated = full;
+    for (int i = 0; i < 3; ++i) truncated.erase(truncated.rfind('\n', truncated.size() - 2) + 1);
+    std::ofstream(model / "tiktoken.model", std::ios::binary | std::ios::trunc) << truncated;
+
+    // tokenizer_config.json names [UNK] 4094 and [PAD] 4095, past the moved special range 3837..4092.
+    std::string err = error_of([&] { Tokenizer::load(model); });
+    CHECK(err.find("tokenizer_config.json") != std::string::npos);
+    CHECK(err.find("tiktoken.model has 3837 tokens") != std::string::npos);
+    CHECK(err.find("4094 '[UNK]'") != std::string::npos);
+    CHECK(err.find("3837..4092") != std::string::npos);
+
+    // Without tokenizer_config.json (K3 names by default), config.json's vocab_size catches it.
+    std::filesystem::remove(model / "tokenizer_config.json");
+    err = error_of([&] { Tokenizer::load(model); });
+    CHECK(err.find("tiktoken.model has 3837 tokens") != std::string::npos);
+    CHECK(err.find("config.json says vocab_size 4096") != std::string::npos);
+    err = error_of([&] { load_model_tokenizer(model, config); });
+    CHECK(err.find("config.json says vocab_size 4096") != std::string::npos);
+
+    // The whole file again, but config.json names an ordinary token as the EOS.
+    std::ofstream(model / "tiktoken.model", std::ios::binary | std::ios::trunc) << full;
+    CHECK(Tokenizer::load(model).vocab_size() == 4096);
+    config.eos_token_ids = {3842, 17};
+    write_config(config);
+    err = error_of([&] { Tokenizer::load(model); });
+    CHECK(err.find("config.json: eos_token_id 17 is not a special token") != std::string::npos);
+    CHECK(err.find("3840..4095") != std::string::npos);
+    config.eos_token_ids = {3842};
+    config.pad_token_id = 100;
+    err = error_of([&] { load_model_tokenizer(model, config); });
+    CHECK(err.find("pad_token_id 100 is not a special token") != std::string::npos);
 }
 
 TEST_CASE("encode: special tokens only in control mode; invalid input and ids are errors") {
