@@ -11,13 +11,14 @@
 
 #include "model/expert_format.hpp"
 #include "runtime/strings.hpp"
+#include "runtime/bf16.hpp"
 
 namespace kiln::model {
 
 namespace {
 
 std::string describe(DType t, std::span<const int64_t> shape) {
-    return fmt::format("{} {}", dtype_name(t), shape_string(shape));
+    return fmt::format("{} {}", safetensors_name(t), shape_string(shape));
 }
 
 std::string list(const std::vector<std::string>& v, size_t limit) {
@@ -136,7 +137,7 @@ ValidationReport Checkpoint::check(const ModelConfig& c) const {
             continue;
         }
         if (!s.accepts(t->dtype)) {
-            r.mismatched.push_back(fmt::format("{}: dtype {}, expected {}", s.name, dtype_name(t->dtype), dtype_name(s.dtype)));
+            r.mismatched.push_back(fmt::format("{}: dtype {}, expected {}", s.name, safetensors_name(t->dtype), safetensors_name(s.dtype)));
             continue;
         }
         if (!s.accepts(t->shape)) {
@@ -183,14 +184,14 @@ std::vector<float> to_fp32(const TensorInfo& t) {
             for (size_t i = 0; i < n; ++i) {
                 uint16_t b;
                 std::memcpy(&b, p + 2 * i, 2);
-                out[i] = bf16_to_fp32(b);
+                out[i] = runtime::bf16_to_float(b);
             }
             break;
         case DType::f16:
             for (size_t i = 0; i < n; ++i) {
                 uint16_t b;
                 std::memcpy(&b, p + 2 * i, 2);
-                out[i] = f16_to_fp32(b);
+                out[i] = runtime::f16_to_float(b);
             }
             break;
         case DType::f32:
@@ -204,7 +205,7 @@ std::vector<float> to_fp32(const TensorInfo& t) {
             }
             break;
         default:
-            throw CheckpointError(fmt::format("tensor '{}': dtype {} is not a float type", t.name, dtype_name(t.dtype)));
+            throw CheckpointError(fmt::format("tensor '{}': dtype {} is not a float type", t.name, safetensors_name(t.dtype)));
     }
     return out;
 }
@@ -233,12 +234,12 @@ std::vector<float> load_expert_fp32(const Checkpoint& ck, const ModelConfig& c, 
     if (c.expert_format == ExpertFormat::int4_g32) {
         if (packed.dtype != DType::i32 || scale.dtype != DType::bf16)
             throw CheckpointError(fmt::format("tensor '{}': INT4 expects I32 packed and BF16 scale, found {} and {}", base,
-                                              dtype_name(packed.dtype), dtype_name(scale.dtype)));
+                                              safetensors_name(packed.dtype), safetensors_name(scale.dtype)));
         dequantize_int4_g32(packed.bytes, scale.bytes, rows, cols, out);
     } else {
         if (packed.dtype != DType::u8 || (scale.dtype != DType::u8 && scale.dtype != DType::f8_e8m0))
             throw CheckpointError(fmt::format("tensor '{}': MXFP4 expects U8 packed and U8/F8_E8M0 scale, found {} and {}",
-                                              base, dtype_name(packed.dtype), dtype_name(scale.dtype)));
+                                              base, safetensors_name(packed.dtype), safetensors_name(scale.dtype)));
         dequantize_mxfp4_g32(packed.bytes, scale.bytes, rows, cols, out);
     }
     return out;

@@ -8,6 +8,7 @@
 
 #include "model/dtype.hpp"
 #include "runtime/error.hpp"
+#include "runtime/bf16.hpp"
 
 namespace kiln::model {
 
@@ -91,8 +92,8 @@ PackedMatrix quantize_int4_g32(std::span<const float> w, int64_t rows, int64_t c
             const float* x = w.data() + r * cols + g * kExpertGroupSize;
             float amax = 0.0f;
             for (int64_t i = 0; i < kExpertGroupSize; ++i) amax = std::max(amax, std::fabs(x[i]));
-            uint16_t sbits = fp32_to_bf16(amax / 7.0f);
-            float scale = bf16_to_fp32(sbits);
+            uint16_t sbits = runtime::float_to_bf16(amax / 7.0f);
+            float scale = runtime::bf16_to_float(sbits);
             store_le<uint16_t>(out.scale.data() + (r * groups + g) * 2, sbits);
             for (int64_t word = 0; word < kExpertGroupSize / 8; ++word) {
                 uint32_t packed = 0;
@@ -120,7 +121,7 @@ void dequantize_int4_g32(std::span<const std::byte> packed, std::span<const std:
         for (int64_t k = 0; k < cols; ++k) {
             uint32_t word = load_le<uint32_t>(packed.data() + (r * (cols / 8) + k / 8) * 4);
             int code = int((word >> (4 * (k % 8))) & 0xFu);
-            float s = bf16_to_fp32(load_le<uint16_t>(scale.data() + (r * (cols / 32) + k / 32) * 2));
+            float s = runtime::bf16_to_float(load_le<uint16_t>(scale.data() + (r * (cols / 32) + k / 32) * 2));
             out[size_t(r * cols + k)] = float(code - 8) * s;
         }
     }
@@ -179,7 +180,7 @@ void dequantize_mxfp4_g32(std::span<const std::byte> packed, std::span<const std
 
 std::vector<std::byte> to_bf16_bytes(std::span<const float> w) {
     std::vector<std::byte> out(w.size() * 2);
-    for (size_t i = 0; i < w.size(); ++i) store_le<uint16_t>(out.data() + 2 * i, fp32_to_bf16(w[i]));
+    for (size_t i = 0; i < w.size(); ++i) store_le<uint16_t>(out.data() + 2 * i, runtime::float_to_bf16(w[i]));
     return out;
 }
 

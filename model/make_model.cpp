@@ -102,7 +102,7 @@ void append_as(DType dt, std::span<const float> v, std::vector<std::byte>& out) 
         out.resize(v.size() * 4);
         std::memcpy(out.data(), v.data(), out.size());
     } else {
-        throw InvalidArgument(fmt::format("make-model: cannot store random weights as {}", dtype_name(dt)));
+        throw InvalidArgument(fmt::format("make-model: cannot store random weights as {}", safetensors_name(dt)));
     }
 }
 

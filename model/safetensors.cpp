@@ -109,7 +109,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
         if (dt == v.end() || !dt->is_string()) bad("missing dtype");
         if (sh == v.end() || !sh->is_array()) bad("missing shape");
         if (off == v.end() || !off->is_array() || off->size() != 2) bad("data_offsets is not [begin, end]");
-        auto dtype = parse_dtype(dt->get<std::string>());
+        auto dtype = parse_safetensors_dtype(dt->get<std::string>());
         if (!dtype) bad(fmt::format("unknown dtype '{}'", dt->get<std::string>()));
         TensorInfo t;
         t.name = name;
@@ -166,7 +166,7 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, std::vector<Ten
     uint64_t offset = 0;
     for (const auto& t : tensors_) {
         uint64_t n = t.nbytes();
-        header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+        header[t.name] = {{"dtype", safetensors_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
         offset += n;
     }
     std::string text = header.dump();

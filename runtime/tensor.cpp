@@ -6,6 +6,12 @@
 
 namespace kiln::runtime {
 
+namespace {
+constexpr DType k_all[] = {DType::none, DType::bf16, DType::f16, DType::f32, DType::i32, DType::u8,
+                           DType::i64, DType::boolean, DType::i8, DType::u16, DType::i16, DType::u32,
+                           DType::u64, DType::f64, DType::f8_e4m3, DType::f8_e5m2, DType::f8_e8m0};
+}  // namespace
+
 const char* to_string(DType t) {
     switch (t) {
         case DType::bf16: return "bf16";
@@ -15,14 +21,26 @@ const char* to_string(DType t) {
         case DType::u8: return "u8";
         case DType::i64: return "i64";
         case DType::none: return "none";
+        case DType::boolean: return "bool";
+        case DType::i8: return "i8";
+        case DType::u16: return "u16";
+        case DType::i16: return "i16";
+        case DType::u32: return "u32";
+        case DType::u64: return "u64";
+        case DType::f64: return "f64";
+        case DType::f8_e4m3: return "f8_e4m3";
+        case DType::f8_e5m2: return "f8_e5m2";
+        case DType::f8_e8m0: return "f8_e8m0";
     }
     return "?";
 }
 
 DType parse_dtype(std::string_view s) {
-    for (DType t : {DType::none, DType::bf16, DType::f16, DType::f32, DType::i32, DType::u8, DType::i64})
+    for (DType t : k_all)
         if (s == to_string(t)) return t;
-    throw InvalidArgument(fmt::format("unknown dtype '{}' (bf16, f16, f32, i32, u8, i64, none)", s));
+    std::string names;
+    for (DType t : k_all) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(t));
+    throw InvalidArgument(fmt::format("unknown dtype '{}' ({})", s, names));
 }
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape, Location loc,

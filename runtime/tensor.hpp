@@ -11,18 +11,26 @@
 
 namespace kiln::runtime {
 
-enum class DType : uint8_t { none = 0, bf16 = 1, f16 = 2, f32 = 3, i32 = 4, u8 = 5, i64 = 6 };
+// Every element type kiln meets: kernel tensors and checkpoint tensors alike (model/dtype.hpp spells them
+// as safetensors does).
+enum class DType : uint8_t {
+    none = 0, bf16 = 1, f16 = 2, f32 = 3, i32 = 4, u8 = 5, i64 = 6,
+    boolean = 7, i8 = 8, u16 = 9, i16 = 10, u32 = 11, u64 = 12, f64 = 13, f8_e4m3 = 14, f8_e5m2 = 15, f8_e8m0 = 16,
+};
 
 constexpr size_t dtype_size(DType t) {
     switch (t) {
-        case DType::bf16: case DType::f16: return 2;
-        case DType::f32: case DType::i32: return 4;
-        case DType::u8: return 1;
-        case DType::i64: return 8;
+        case DType::bf16: case DType::f16: case DType::u16: case DType::i16: return 2;
+        case DType::f32: case DType::i32: case DType::u32: return 4;
+        case DType::u8: case DType::i8: case DType::boolean: case DType::f8_e4m3: case DType::f8_e5m2:
+        case DType::f8_e8m0: return 1;
+        case DType::i64: case DType::u64: case DType::f64: return 8;
         case DType::none: return 0;
     }
     return 0;
 }
+// bf16, f16, f32, f64.
+constexpr bool is_float(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32 || t == DType::f64; }
 const char* to_string(DType t);         // "bf16", ..., "none"
 DType parse_dtype(std::string_view s);  // throws InvalidArgument
 

@@ -15,11 +15,13 @@
 
 #include "model/checkpoint.hpp"
 #include "model/dtype.hpp"
+#include "runtime/bf16.hpp"
 #include "model/make_model.hpp"
 #include "model/preset.hpp"
 #include "model_test_util.hpp"
 
 using namespace kiln::model;
+namespace runtime = kiln::runtime;
 using kiln::model::test::read_file;
 using kiln::model::test::read_json;
 using kiln::model::test::ScratchDir;
@@ -121,7 +123,7 @@ TEST_CASE("k3-tiny round trip through make-model and the loader, for every exper
                 const std::vector<float> got = to_fp32(m.checkpoint.get(t.name));
                 REQUIRE(got.size() == want.size());
                 for (size_t i = 0; i < want.size(); ++i) {
-                    float stored = t.dtype == DType::f32 ? want[i] : bf16_to_fp32(fp32_to_bf16(want[i]));
+                    float stored = t.dtype == DType::f32 ? want[i] : runtime::bf16_to_float(runtime::float_to_bf16(want[i]));
                     if (got[i] != stored) {
                         FAIL_CHECK(t.name, "[", i, "] = ", got[i], ", expected ", stored);
                         break;
@@ -137,7 +139,7 @@ TEST_CASE("k3-tiny round trip through make-model and the loader, for every exper
                 for (size_t k = g * 32; k < g * 32 + 32; ++k) amax = std::max(amax, std::fabs(want[k]));
                 for (size_t k = g * 32; k < g * 32 + 32; ++k) {
                     float err = std::fabs(got[k] - want[k]);
-                    bool ok = fmt == ExpertFormat::bf16 ? got[k] == bf16_to_fp32(fp32_to_bf16(want[k]))
+                    bool ok = fmt == ExpertFormat::bf16 ? got[k] == runtime::bf16_to_float(runtime::float_to_bf16(want[k]))
                               : fmt == ExpertFormat::int4_g32 ? err <= 0.51f * amax / 7.0f * 1.004f
                                                               : err <= amax / 3.0f;  // half a step ≤ 2^e < amax/3
                     if (!ok) {
@@ -245,7 +247,7 @@ TEST_CASE("checkpoints that do not match the config are refused with every probl
             for (size_t i = 0; i < t.bytes.size() / 2; ++i) {
                 uint16_t b;
                 std::memcpy(&b, t.bytes.data() + 2 * i, 2);
-                float v = bf16_to_fp32(b);
+                float v = runtime::bf16_to_float(b);
                 std::memcpy(f32.data() + 4 * i, &v, 4);
             }
             t.dtype = DType::f32;

@@ -10,8 +10,10 @@
 
 #include "model/dtype.hpp"
 #include "model/expert_format.hpp"
+#include "runtime/bf16.hpp"
 
 using namespace kiln::model;
+namespace runtime = kiln::runtime;
 
 namespace {
 
@@ -35,22 +37,22 @@ std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeri
 }  // namespace
 
 TEST_CASE("bf16 and f16 scalar conversions") {
-    CHECK(fp32_to_bf16(1.0f) == 0x3F80);
-    CHECK(fp32_to_bf16(-2.0f) == 0xC000);
-    CHECK(fp32_to_bf16(std::bit_cast<float>(0x3F808000u)) == 0x3F80);  // tie → even
-    CHECK(fp32_to_bf16(std::bit_cast<float>(0x3F818000u)) == 0x3F82);  // tie → even (up)
-    CHECK(fp32_to_bf16(std::bit_cast<float>(0x3F808001u)) == 0x3F81);  // above the tie
-    CHECK(std::isnan(bf16_to_fp32(fp32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
-    CHECK(bf16_to_fp32(0x3F00) == 0.5f);
-    CHECK(bf16_to_fp32(0xC040) == -3.0f);
-    CHECK(f16_to_fp32(0x3C00) == 1.0f);
-    CHECK(f16_to_fp32(0xC000) == -2.0f);
-    CHECK(f16_to_fp32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
-    CHECK(f16_to_fp32(0x03FF) == std::ldexp(1023.0f, -24));
-    CHECK(f16_to_fp32(0x7BFF) == 65504.0f);
-    CHECK(std::isinf(f16_to_fp32(0xFC00)));
-    CHECK(f16_to_fp32(0xFC00) < 0);
-    CHECK(std::isnan(f16_to_fp32(0x7E00)));
+    CHECK(runtime::float_to_bf16(1.0f) == 0x3F80);
+    CHECK(runtime::float_to_bf16(-2.0f) == 0xC000);
+    CHECK(runtime::float_to_bf16(std::bit_cast<float>(0x3F808000u)) == 0x3F80);  // tie → even
+    CHECK(runtime::float_to_bf16(std::bit_cast<float>(0x3F818000u)) == 0x3F82);  // tie → even (up)
+    CHECK(runtime::float_to_bf16(std::bit_cast<float>(0x3F808001u)) == 0x3F81);  // above the tie
+    CHECK(std::isnan(runtime::bf16_to_float(runtime::float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+    CHECK(runtime::bf16_to_float(0x3F00) == 0.5f);
+    CHECK(runtime::bf16_to_float(0xC040) == -3.0f);
+    CHECK(runtime::f16_to_float(0x3C00) == 1.0f);
+    CHECK(runtime::f16_to_float(0xC000) == -2.0f);
+    CHECK(runtime::f16_to_float(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+    CHECK(runtime::f16_to_float(0x03FF) == std::ldexp(1023.0f, -24));
+    CHECK(runtime::f16_to_float(0x7BFF) == 65504.0f);
+    CHECK(std::isinf(runtime::f16_to_float(0xFC00)));
+    CHECK(runtime::f16_to_float(0xFC00) < 0);
+    CHECK(std::isnan(runtime::f16_to_float(0x7E00)));
 }
 
 TEST_CASE("E2M1 and E8M0 code tables") {
@@ -184,7 +186,7 @@ TEST_CASE("quantise → dequantise stays within each format's error bound on ran
             for (int64_t g = 0; g < cols / 32; ++g) {
                 uint16_t sb;
                 std::memcpy(&sb, p.scale.data() + (r * (cols / 32) + g) * 2, 2);
-                float scale = bf16_to_fp32(sb);
+                float scale = runtime::bf16_to_float(sb);
                 CHECK(scale > 0);
                 for (int64_t k = g * 32; k < g * 32 + 32; ++k) {
                     float x = w[size_t(r * cols + k)], y = d[size_t(r * cols + k)];

@@ -291,20 +291,20 @@ TEST_CASE("generation stops at max_position_embeddings as vLLM does; forward nev
 TEST_CASE("generation stops with a clear error when the logits turn non-finite") {
     ModelConfig c = k3_tiny_config(ExpertFormat::bf16);
     TempDir dir("nonfinite");
-    write_model(c, dir.path());
+    write_model(c, dir.path);
     const std::vector<uint32_t> prompt = random_ids(6, size_t(c.vocab_size), 31);
     uint32_t first = 0;
     {
-        Checkpoint ck = Checkpoint::open(dir.path());
+        Checkpoint ck = Checkpoint::open(dir.path);
         ReferenceModel m(c, ck);
         first = generate(m, prompt, 1, SamplingParams{}, {}).ids.at(0);
     }
     REQUIRE(std::find(prompt.begin(), prompt.end(), first) == prompt.end());
     // A NaN in the embedding of the first generated token: the prompt's logits are fine, the next ones are not.
     const uint16_t nan_bf16 = 0x7FC0;
-    patch_tensor(dir.path(), TensorNames(c).embed_tokens(), "BF16", size_t(first) * size_t(c.hidden_size) * 2 + 6,
+    patch_tensor(dir.path, TensorNames(c).embed_tokens(), "BF16", size_t(first) * size_t(c.hidden_size) * 2 + 6,
                  std::string_view(reinterpret_cast<const char*>(&nan_bf16), 2));
-    Checkpoint ck = Checkpoint::open(dir.path());
+    Checkpoint ck = Checkpoint::open(dir.path);
     ReferenceModel m(c, ck);
     std::vector<uint32_t> streamed;
     CHECK_THROWS_WITH_AS(generate(m, prompt, 10, SamplingParams{}, {}, [&](uint32_t id) { streamed.push_back(id); }),
@@ -375,7 +375,7 @@ nlohmann::json as_transformers_saves(nlohmann::json j) {
 TEST_CASE("a Kimi-Linear checkpoint saved by transformers 5.x loads and computes what the Moonshot layout does") {
     const ModelConfig moon = kimi_linear_tiny();
     TempDir root("transformers");
-    const fs::path moon_dir = root.path() / "moonshot", hf_dir = root.path() / "transformers";
+    const fs::path moon_dir = root.path / "moonshot", hf_dir = root.path / "transformers";
     write_model(moon, moon_dir);
     const nlohmann::json hf_json = as_transformers_saves(to_json(moon));
     // save_pretrained maps every layer's `mlp` back to `block_sparse_moe`, the dense layer 0 included.
@@ -400,7 +400,7 @@ TEST_CASE("a Kimi-Linear checkpoint saved by transformers 5.x loads and computes
     CHECK(generate(hf, ids, 6, SamplingParams{}, {}).ids == generate(reference, ids, 6, SamplingParams{}, {}).ids);
 
     // The transformers config with Moonshot's tensor names is refused, naming both sides.
-    const fs::path mixed = root.path() / "mixed";
+    const fs::path mixed = root.path / "mixed";
     resave(moon_dir, mixed, hf_json, [](const std::string& n) { return n; });
     try {
         open_model(mixed);
@@ -411,7 +411,7 @@ TEST_CASE("a Kimi-Linear checkpoint saved by transformers 5.x loads and computes
         CHECK(msg.find("unexpected: model.layers.0.mlp.") != std::string::npos);
     }
     // make-model writes the transformers dialect too, and it loads back.
-    const fs::path made = root.path() / "made";
+    const fs::path made = root.path / "made";
     write_model(files.config, made);
     CHECK(open_model(made).config.dialect == ConfigDialect::transformers);
 }
