@@ -75,6 +75,7 @@ StoreOptions store_options_from_env() {
     if (auto t = env::get("KILN_TRUSTED_KEYS")) o.trusted_keys = split_path_list(*t);
     o.max_bytes = default_max_bytes();
     o.read_only = env::get_bool("KILN_CACHE_READ_ONLY", false);
+    o.require_signed = env::get_bool("KILN_REQUIRE_SIGNED", false);
     return o;
 }
 
@@ -105,6 +106,20 @@ struct Store::Impl {
     std::vector<PublicKey> trusted;
     std::vector<std::unique_ptr<PrebuiltLayer>> prebuilt;
     std::unique_ptr<UserLayer> user;
+
+    // The trust policy (store.hpp): throws CacheError for a layer it refuses.
+    void admit(const PrebuiltLayer& layer) const {
+        if (layer.trust() == Trust::trusted || (trusted.empty() && !opts.require_signed)) return;
+        const std::string why = trusted.empty()
+                                    ? "--require-signed (KILN_REQUIRE_SIGNED) is set and no trusted key is given "
+                                      "(--trusted-key / KILN_TRUSTED_KEYS)"
+                                    : "trusted keys are configured (--trusted-key / KILN_TRUSTED_KEYS), so a prebuilt "
+                                      "cache must be signed by one of them";
+        if (layer.trust() == Trust::unsigned_layer)
+            throw CacheError(fmt::format("prebuilt cache {} is not signed; refusing it: {}", layer.path(), why));
+        throw CacheError(fmt::format("prebuilt cache {} is signed by key {}, which is not trusted; refusing it: {}",
+                                     layer.path(), layer.signer()->fingerprint(), why));
+    }
 };
 
 Store::Store(StoreOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -115,6 +130,7 @@ Store::Store(StoreOptions opts) : impl_(std::make_unique<Impl>()) {
     for (const auto& file : s.opts.trusted_keys) s.trusted.push_back(PublicKey::load_pem(file));
     for (const auto& file : s.opts.prebuilt) {
         auto layer = std::make_unique<PrebuiltLayer>(file, s.trusted);
+        s.admit(*layer);
         if (layer->trust() == Trust::unsigned_layer)
             s.warnings.warn(fmt::format(
                 "prebuilt cache {} is not signed: its cubins are used after their SHA-256 is checked against its "
@@ -299,6 +315,7 @@ void Store::export_layer(const std::string& file, const std::string& sign_key_pe
 uint64_t Store::import_layer(const std::string& file) {
     Impl& s = *impl_;
     PrebuiltLayer layer(file, s.trusted);
+    s.admit(layer);
     if (layer.trust() != Trust::trusted)
         s.warnings.warn(fmt::format("importing {}: the layer is {}; only its cubins are imported", file,
                                     to_string(layer.trust())));

@@ -7,6 +7,9 @@
 // rebuilt; a full disk or unwritable directory disables caching with one warning (get() still
 // works, put() returns false). Host object code is only returned from the user layer or a prebuilt
 // layer signed by a trusted key; unsigned or untrusted layers serve cubins only, with a warning.
+// Trust policy: once any trusted key is configured (or require_signed is set), a prebuilt layer not
+// signed by one of the trusted keys is refused whole (CacheError), so stripping or replacing a
+// layer's signature cannot downgrade it to "unsigned" and still have it served.
 // Thread-safe: one Store may be shared by all threads of a process (do not use it across fork()).
 #pragma once
 
@@ -56,6 +59,8 @@ struct StoreOptions {
     std::string cache_dir;                  // user layer directory; "" = default_cache_dir()
     std::vector<std::string> prebuilt;      // prebuilt layer files (.kcache), searched before the user layer
     std::vector<std::string> trusted_keys;  // Ed25519 public keys (PEM files) trusted to sign prebuilt layers
+    bool require_signed = false;            // refuse every prebuilt layer not signed by a trusted key, even
+                                            // when no key is configured (then every prebuilt layer)
     uint64_t max_bytes = 0;                 // user-layer size cap; 0 = KILN_CACHE_MAX_SIZE or 10 GiB
     bool read_only = false;                 // never write the user layer (serving from a prebuilt cache)
     uint64_t hard_limit_bytes = 0;          // ceiling on the user DB file (PRAGMA max_page_count); writes
@@ -66,7 +71,7 @@ struct StoreOptions {
 std::string default_cache_dir();
 
 // Options from the environment: KILN_CACHE_DIR, KILN_KERNEL_CACHE and KILN_TRUSTED_KEYS (lists
-// separated by ':' or ','), KILN_CACHE_MAX_SIZE, KILN_CACHE_READ_ONLY. The Store itself only reads
+// separated by ':' or ','), KILN_REQUIRE_SIGNED, KILN_CACHE_MAX_SIZE, KILN_CACHE_READ_ONLY. The Store itself only reads
 // KILN_CACHE_DIR and KILN_CACHE_MAX_SIZE (as defaults for empty fields).
 StoreOptions store_options_from_env();
 
@@ -78,8 +83,9 @@ uint64_t default_max_bytes();
 
 class Store {
 public:
-    // Throws CacheError when a prebuilt layer cannot be opened or its manifest signature does not
-    // verify, InvalidArgument when a trusted key file is not an Ed25519 key. Problems with the user
+    // Throws CacheError when a prebuilt layer cannot be opened, its manifest signature does not
+    // verify, or the trust policy refuses it; InvalidArgument when a trusted key file is not an
+    // Ed25519 key. Problems with the user
     // layer never throw: they become warnings.
     explicit Store(StoreOptions opts);
     ~Store();
@@ -157,7 +163,8 @@ public:
     // renames it into place. Rows whose blob no longer matches its digest are left out.
     void export_layer(const std::string& file, const std::string& sign_key_pem = "") const;
     // Copies the rows of a prebuilt layer into the user layer after verifying each (host objects
-    // only from a trusted layer); all or nothing. Returns the number of rows inserted.
+    // only from a trusted layer); all or nothing. The trust policy applies as for serving. Returns
+    // the number of rows inserted.
     uint64_t import_layer(const std::string& file);
 
 private:

@@ -198,3 +198,30 @@ TEST_CASE("a tampered prebuilt layer makes the CLI fail with a clear error") {
     CHECK(r.err.rfind("kiln: error: ", 0) == 0);
     CHECK(r.err.find(layer) != std::string::npos);
 }
+
+TEST_CASE("--require-signed / KILN_REQUIRE_SIGNED and --trusted-key refuse layers not signed by a trusted key") {
+    Cli cli;
+    std::string key = cli.dir / "sign.pem", other = cli.dir / "other.pem";
+    std::string signed_layer = cli.dir / "signed.kcache", unsigned_layer = cli.dir / "unsigned.kcache";
+    REQUIRE(cli.run("cache keygen --out '" + key + "'").rc == 0);
+    REQUIRE(cli.run("cache keygen --out '" + other + "'").rc == 0);
+    REQUIRE(cli.run("cache export '" + signed_layer + "' --sign-key '" + key + "'").rc == 0);
+    REQUIRE(cli.run("cache export '" + unsigned_layer + "'").rc == 0);
+    const std::string empty = "cache --cache-dir '" + (cli.dir / "server") + "' ";
+    auto refused = [&](const Run& r, const std::string& layer) {
+        CHECK(r.rc == 1);
+        CHECK(r.err.rfind("kiln: error: prebuilt cache " + layer, 0) == 0);
+        CHECK(r.err.find("refusing it") != std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    };
+    refused(cli.run(empty + "ls --kernel-cache '" + unsigned_layer + "' --trusted-key '" + key + ".pub'"), unsigned_layer);
+    refused(cli.run(empty + "ls --kernel-cache '" + signed_layer + "' --trusted-key '" + other + ".pub'"), signed_layer);
+    refused(cli.run(empty + "ls --require-signed --kernel-cache '" + signed_layer + "'"), signed_layer);
+    refused(cli.run(empty + "ls", "KILN_REQUIRE_SIGNED=1 KILN_KERNEL_CACHE='" + unsigned_layer + "'"), unsigned_layer);
+    refused(cli.run(empty + "import '" + signed_layer + "' --trusted-key '" + other + ".pub'"), signed_layer);
+    Run ok = cli.run(empty + "ls --json", "KILN_REQUIRE_SIGNED=1 KILN_KERNEL_CACHE='" + signed_layer +
+                                              "' KILN_TRUSTED_KEYS='" + key + ".pub'");
+    REQUIRE(ok.rc == 0);
+    CHECK(json::parse(ok.out).size() == 4);
+    CHECK(ok.err.empty());
+}
