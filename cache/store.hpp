@@ -25,6 +25,8 @@
 
 namespace kiln::cache {
 
+class CompileLease;
+
 enum class ArtifactKind : uint8_t { cubin = 0, host_object = 1 };
 const char* to_string(ArtifactKind k);
 
@@ -65,6 +67,8 @@ struct StoreOptions {
     bool read_only = false;                 // never write the user layer (serving from a prebuilt cache)
     uint64_t hard_limit_bytes = 0;          // ceiling on the user DB file (PRAGMA max_page_count); writes
                                             // beyond it fail like a full disk. 0 = none
+    std::chrono::milliseconds lease_stale_after{0};  // a compile lease not renewed this long is taken over;
+                                                     // 0 = KILN_JIT_LEASE_TIMEOUT, else 30 s
 };
 
 // KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.
@@ -112,21 +116,24 @@ public:
 
     // Cross-process single flight: held while one process compiles a key; others block here,
     // then re-check get(). Released on destruction or process death (flock on
-    // <cache_dir>/locks/<key>.lock). When caching is disabled the lease holds nothing (held() is
-    // false): there is nowhere to publish the result, so every process compiles for itself.
+    // <cache_dir>/locks/<key>.lock). The holder renews it while it lives; a waiter says after a few
+    // seconds which key and holder pid it waits for, and takes over a lease its holder has not
+    // renewed for lease_stale_after (a stopped or hung process), as cache/compile_lease.hpp says.
+    // When caching is disabled the lease holds nothing (held() is false): there is nowhere to
+    // publish the result, so every process compiles for itself.
     class Lease {
     public:
-        Lease() = default;
+        Lease();
         Lease(Lease&&) noexcept;
         Lease& operator=(Lease&&) noexcept;
         ~Lease();
-        bool held() const { return fd_ >= 0; }
+        bool held() const { return hold_ != nullptr; }
     private:
         friend class Store;
-        int fd_ = -1;
-        std::string path_;
+        std::unique_ptr<CompileLease> hold_;
     };
-    // Blocks up to `timeout`; throws CacheError on timeout naming the key and lock file.
+    // Blocks up to `timeout` for a live holder; throws CacheError on timeout naming the key and lock
+    // file. The waiter's messages are warnings of this store.
     Lease lease(const ContentKey& key, std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
     bool caching_enabled() const;
