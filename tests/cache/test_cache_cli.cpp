@@ -7,6 +7,7 @@
 #include "cache/store.hpp"
 #include "cache_test_util.hpp"
 #include "tests/common/cli_runner.hpp"
+#include "tests/common/read_only_dir.hpp"
 
 using namespace kiln::cache;
 using namespace kiln::cache::test;
@@ -224,4 +225,51 @@ TEST_CASE("--require-signed / KILN_REQUIRE_SIGNED and --trusted-key refuse layer
     REQUIRE(ok.rc == 0);
     CHECK(json::parse(ok.out).size() == 4);
     CHECK(ok.err.empty());
+}
+
+TEST_CASE("a user cache that cannot be written is still read, and writing commands fail with a clear error") {
+    Cli cli;
+    const std::string compile = "jit compile --json --family moe_routing --arch sm_90a --experts 12 --topk 3";
+    Run first = cli.run(compile);
+    REQUIRE(first.rc == 0);
+    const std::string key = json::parse(first.out)["key"].get<std::string>();
+    std::string layer = cli.dir / "k3.kcache";
+    REQUIRE(cli.run("cache export '" + layer + "'").rc == 0);
+
+    kiln::test::ReadOnlyDir ro(cli.sb.cache_dir);
+    if (!ro.available()) {
+        MESSAGE("skipped: no way to make a directory read-only for root here (no mount namespace)");
+        return;
+    }
+    MESSAGE("read-only through " << ro.how());
+    cli.sb.launcher = ro.launcher();
+    for (const std::string flags : {"", "--cache-read-only "}) {
+        CAPTURE(flags);
+        Run ls = cli.run("cache " + flags + "ls --json");
+        REQUIRE(ls.rc == 0);
+        CHECK(json::parse(ls.out).size() == 5);  // read, not "unable to open database file"
+        CHECK(ls.err.find("cannot be read") == std::string::npos);
+        // A kernel in the cache is a hit, not a recompile.
+        Run hit = cli.run(flags.empty() ? compile : compile + " --cache-read-only");
+        REQUIRE(hit.rc == 0);
+        CHECK(json::parse(hit.out)["cache_hit"] == true);
+        CHECK(json::parse(hit.out)["key"] == key);
+        auto fails = [&](const std::string& args, const std::string& needle) {
+            CAPTURE(args);
+            Run r = cli.run(args);
+            CHECK(r.rc == 1);
+            CHECK(r.out.empty());
+            const size_t at = r.err.find("kiln: error: ");
+            REQUIRE(at != std::string::npos);
+            const std::string line = r.err.substr(at);
+            CHECK(std::count(line.begin(), line.end(), '\n') == 1);
+            CHECK(line.find(needle) != std::string::npos);
+        };
+        fails("cache " + flags + "clear", "cannot clear");
+        fails("cache " + flags + "prune --max-size 1K", "cannot prune");
+        fails("cache " + flags + "import '" + layer + "'", "cannot import");
+        fails("jit compile --family moe_routing --arch sm_90a --experts 13 --topk 3 " + flags,
+              "but cannot store it");
+    }
+    CHECK(json::parse(cli.run("cache ls --json").out).size() == 5);
 }
