@@ -44,6 +44,27 @@ void FileLock::release() {
     fd_ = -1;
 }
 
+size_t FileLock::remove_unheld(const std::string& dir, const std::string& suffix) {
+    size_t removed = 0;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string path = it->path().string();
+        if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+        int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            FileLock l;  // held now: released (and so removed) as any holder's would be
+            l.fd_ = fd;
+            l.path_ = path;
+            l.release();
+            ++removed;
+        } else {
+            ::close(fd);
+        }
+    }
+    return removed;
+}
+
 FileLock FileLock::acquire(const std::string& path, std::chrono::milliseconds timeout,
                            const std::function<bool(int fd)>& while_busy) {
     std::error_code ec;

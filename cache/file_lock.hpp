@@ -25,6 +25,11 @@ public:
     static FileLock acquire(const std::string& path, std::chrono::milliseconds timeout,
                             const std::function<bool(int fd)>& while_busy = {});
 
+    // Removes the lock files in `dir` ending in `suffix` that no process holds: those of processes
+    // killed while holding them (the kernel dropped the lock, the file stayed). Safe against
+    // concurrent holders, like release(). Returns how many went.
+    static size_t remove_unheld(const std::string& dir, const std::string& suffix);
+
     bool held() const { return fd_ >= 0; }
     int fd() const { return fd_; }
     const std::string& path() const { return path_; }

@@ -106,6 +106,8 @@ void UserLayer::open() {
     // SQLite answers some of those transitions with SQLITE_BUSY without waiting. The quick_check,
     // which reads the whole file, runs outside the lock; only a failed one takes it again.
     if (!open_locked(false)) return;
+    if (size_t n = FileLock::remove_unheld((fs::path(opts_.dir) / "locks").string(), ".lock"))
+        log::info("{}: removed {} lock files left by processes that were killed", opts_.dir, n);
     if (!needs_check()) return;
     std::string problem;
     {

@@ -2,10 +2,14 @@
 // through Store::put.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
 #include "cache_test_util.hpp"
+#include "runtime/atomic_file.hpp"
 #include "tests/common/cli_runner.hpp"
 #include "tests/common/read_only_dir.hpp"
 
@@ -272,4 +276,34 @@ TEST_CASE("a user cache that cannot be written is still read, and writing comman
               "but cannot store it");
     }
     CHECK(json::parse(cli.run("cache ls --json").out).size() == 5);
+}
+
+TEST_CASE("cache export removes what a killed export left beside its target, and nothing a live one writes") {
+    Cli cli;
+    const std::string layer = cli.dir / "k3.kcache";
+    // The state a `kiln cache export` killed mid-way leaves: its temp file and the temp file's journal,
+    // named for a process that no longer runs. And a temp file of a process that is still running.
+    const std::string live = kiln::temp_sibling(layer);  // this process: alive
+    spit(live, "in progress");
+    std::vector<std::string> stale;
+    pid_t dead = ::fork();
+    REQUIRE(dead >= 0);
+    if (dead == 0) {
+        const std::string tmp = kiln::temp_sibling(layer);
+        spit(tmp, std::string(200000, 'x'));
+        spit(tmp + "-journal", std::string(5000, 'j'));
+        ::_exit(0);
+    }
+    REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+    for (const auto& e : fs::directory_iterator(cli.dir.path))
+        if (e.path().filename().string().find(".tmp-" + std::to_string(dead) + "-") != std::string::npos)
+            stale.push_back(e.path().string());
+    REQUIRE(stale.size() == 2);
+
+    Run ex = cli.run("cache export '" + layer + "'");
+    REQUIRE(ex.rc == 0);
+    for (const auto& f : stale) CHECK_FALSE(fs::exists(f));
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(layer));
+    fs::remove(live);
 }

@@ -279,3 +279,24 @@ TEST_CASE("KILN_JIT_LEASE_TIMEOUT sets the stale time, in seconds") {
     unsetenv("KILN_JIT_LEASE_TIMEOUT");
     CHECK(kiln::cache::lease_stale_after_from_env() == std::chrono::seconds(30));
 }
+
+TEST_CASE("lock files left by killed processes are removed when a store opens; held ones stay") {
+    TempDir dir;
+    StoreOptions opts = options_in(dir);
+    const ContentKey dead_key = make_artifact(81).info.key, live_key = make_artifact(82).info.key;
+    const fs::path locks = dir.path / "user" / "locks";
+    {
+        LeaseHolder killed(opts, dead_key);
+        ::kill(killed.pid, SIGKILL);  // dies holding the lease: its lock file stays behind
+        ::waitpid(killed.pid, nullptr, 0);
+        killed.pid = -1;
+    }
+    REQUIRE(fs::exists(locks / (dead_key.hex() + ".lock")));
+    LeaseHolder live(opts, live_key);
+    Store store(opts);
+    CHECK_FALSE(fs::exists(locks / (dead_key.hex() + ".lock")));
+    CHECK(fs::exists(locks / (live_key.hex() + ".lock")));
+    CHECK_THROWS_AS((void)store.lease(live_key, std::chrono::milliseconds(200)), CacheError);
+    CHECK(live.finish() == 0);
+    CHECK(fs::is_empty(locks));
+}
