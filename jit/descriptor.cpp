@@ -69,6 +69,10 @@ std::string to_string(const KernelConfig& c) {
                        c.ctas_per_sm, c.warps, c.flags);
 }
 
+std::string cache_config_text(const KernelDescriptor& d) {
+    return d.topk ? fmt::format("topk={},{}", d.topk, to_string(d.config)) : to_string(d.config);
+}
+
 size_t DescriptorHash::operator()(const KernelDescriptor& d) const noexcept {
     return static_cast<size_t>(XXH3_64bits(&d, sizeof d));
 }

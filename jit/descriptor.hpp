@@ -103,6 +103,10 @@ struct DescriptorHash {
 };
 
 std::string to_string(const KernelDescriptor& d);
+// The kernel cache's config column (ArtifactInfo::config): the config, after "topk=T," when the
+// descriptor bakes in a top-k, e.g. "topk=8,bm=64,bn=0,bk=0,st=0,cta=0,wp=32,fl=0". The same for
+// cubins and host objects, so `kiln cache ls` tells such kernels apart.
+std::string cache_config_text(const KernelDescriptor& d);
 // Throws InvalidArgument naming the offending token.
 KernelDescriptor parse_descriptor(std::string_view text);
 
