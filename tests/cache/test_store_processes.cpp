@@ -15,10 +15,12 @@
 #include "cache/compile_lease.hpp"
 #include "cache/store.hpp"
 #include "cache_test_util.hpp"
+#include "tests/common/lease_holder.hpp"
 #include "runtime/error.hpp"
 
 using namespace kiln::cache;
 using namespace kiln::cache::test;
+using kiln::test::LeaseHolder;
 
 namespace {
 
@@ -99,27 +101,7 @@ TEST_CASE("a held lease times out with an error naming the key and lock file, an
     TempDir dir;
     StoreOptions opts = options_in(dir);
     ContentKey key = make_artifact(77).info.key;
-    int ready[2], go[2];
-    REQUIRE(::pipe(ready) == 0);
-    REQUIRE(::pipe(go) == 0);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        ::close(ready[0]);
-        ::close(go[1]);
-        Store store(opts);
-        Store::Lease lease = store.lease(key, std::chrono::seconds(5));
-        (void)!::write(ready[1], lease.held() ? "y" : "n", 1);
-        char c;
-        (void)!::read(go[0], &c, 1);
-        ::kill(::getpid(), SIGKILL);  // die holding the lease: no destructor runs
-        ::_exit(1);
-    }
-    ::close(ready[1]);
-    ::close(go[0]);
-    char c = 0;
-    REQUIRE(::read(ready[0], &c, 1) == 1);
-    REQUIRE(c == 'y');
+    LeaseHolder holder(opts, key);
     {
         Store store(opts);
         try {
@@ -131,15 +113,10 @@ TEST_CASE("a held lease times out with an error naming the key and lock file, an
             CHECK(what.find("locks/" + key.hex() + ".lock") != std::string::npos);
         }
     }
-    (void)!::write(go[1], "x", 1);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status));
+    CHECK(holder.kill_now());  // dies holding the lease: no destructor runs
     Store store(opts);
     Store::Lease lease = store.lease(key, std::chrono::seconds(2));
     CHECK(lease.held());
-    ::close(ready[0]);
-    ::close(go[1]);
 }
 
 TEST_CASE("leases are exclusive between threads of one process and movable") {
@@ -167,56 +144,6 @@ TEST_CASE("leases are exclusive between threads of one process and movable") {
 }
 
 namespace {
-
-// A child process that takes the lease on `key` and holds it until the parent writes to `go` (then
-// releases it and exits 0). Reading the child's "y" on `ready` means it holds the lease.
-struct LeaseHolder {
-    pid_t pid = -1;
-    int ready[2] = {-1, -1}, go[2] = {-1, -1};
-
-    LeaseHolder(const StoreOptions& opts, const ContentKey& key) {
-        REQUIRE(::pipe(ready) == 0);
-        REQUIRE(::pipe(go) == 0);
-        pid = ::fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0) {
-            ::close(ready[0]);
-            ::close(go[1]);
-            try {
-                Store store(opts);
-                Store::Lease lease = store.lease(key, std::chrono::seconds(5));
-                (void)!::write(ready[1], lease.held() ? "y" : "n", 1);
-                char c;
-                while (::read(go[0], &c, 1) < 0 && errno == EINTR) {
-                }
-            } catch (...) {
-                ::_exit(3);
-            }
-            ::_exit(0);
-        }
-        ::close(ready[1]);
-        ::close(go[0]);
-        char c = 0;
-        REQUIRE(::read(ready[0], &c, 1) == 1);
-        REQUIRE(c == 'y');
-    }
-    // Lets the child release its lease and exit; returns its exit status.
-    int finish() {
-        (void)!::write(go[1], "x", 1);
-        int status = 0;
-        REQUIRE(::waitpid(pid, &status, 0) == pid);
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    ~LeaseHolder() {
-        if (pid > 0) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-        ::close(ready[0]);
-        ::close(go[1]);
-    }
-};
 
 std::string file_text(const fs::path& p) { return slurp(p.string()); }
 
@@ -287,9 +214,7 @@ TEST_CASE("lock files left by killed processes are removed when a store opens; h
     const fs::path locks = dir.path / "user" / "locks";
     {
         LeaseHolder killed(opts, dead_key);
-        ::kill(killed.pid, SIGKILL);  // dies holding the lease: its lock file stays behind
-        ::waitpid(killed.pid, nullptr, 0);
-        killed.pid = -1;
+        REQUIRE(killed.kill_now());  // dies holding the lease: its lock file stays behind
     }
     REQUIRE(fs::exists(locks / (dead_key.hex() + ".lock")));
     LeaseHolder live(opts, live_key);

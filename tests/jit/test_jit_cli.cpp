@@ -3,10 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -14,6 +11,7 @@
 
 #include "cache/store.hpp"
 #include "tests/common/cli_runner.hpp"
+#include "tests/common/lease_holder.hpp"
 
 using kiln::test::slurp_file;
 using Run = kiln::test::CliResult;
@@ -118,42 +116,17 @@ TEST_CASE("kiln jit compile waits for a stopped lease holder, says who it is, th
     Sandbox sb;
     kiln::cache::StoreOptions opts;
     opts.cache_dir = sb.cache_dir.string();
-    int ready[2], go[2];
-    REQUIRE(::pipe(ready) == 0);
-    REQUIRE(::pipe(go) == 0);
-    const pid_t holder = ::fork();
-    REQUIRE(holder >= 0);
-    if (holder == 0) {
-        ::close(ready[0]);
-        ::close(go[1]);
-        try {
-            kiln::cache::Store store(opts);
-            kiln::cache::Store::Lease lease = store.lease(kiln::cache::ContentKey::parse(key), std::chrono::seconds(5));
-            (void)!::write(ready[1], lease.held() ? "y" : "n", 1);
-            char c;
-            (void)!::read(go[0], &c, 1);
-        } catch (...) {
-            ::_exit(3);
-        }
-        ::_exit(0);
-    }
-    ::close(ready[1]);
-    ::close(go[0]);
-    char c = 0;
-    REQUIRE(::read(ready[0], &c, 1) == 1);
-    REQUIRE(c == 'y');
-    REQUIRE(::kill(holder, SIGSTOP) == 0);
+    kiln::test::LeaseHolder holder(opts, kiln::cache::ContentKey::parse(key));
+    REQUIRE(::kill(holder.pid, SIGSTOP) == 0);
 
     Run r = sb.kiln(args, "KILN_LOG_LEVEL=warn KILN_JIT_LEASE_TIMEOUT=4");
-    ::kill(holder, SIGKILL);
-    ::waitpid(holder, nullptr, 0);
-    ::close(ready[0]);
-    ::close(go[1]);
+    const pid_t holder_pid = holder.pid;
+    CHECK(holder.kill_now());
     REQUIRE(r.rc == 0);
     auto out = nlohmann::json::parse(r.out);
     CHECK(out["key"] == key);
     CHECK(out["cache_hit"] == false);
-    CHECK(r.err.find("waiting for the compile lease on key " + key + ": pid " + std::to_string(holder) + " (stopped)") !=
+    CHECK(r.err.find("waiting for the compile lease on key " + key + ": pid " + std::to_string(holder_pid) + " (stopped)") !=
           std::string::npos);
     CHECK(r.err.find("taking it over") != std::string::npos);
     CHECK(r.err.find("KILN_JIT_LEASE_TIMEOUT") != std::string::npos);
