@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "cache/compile_lease.hpp"
 #include "cache/digest.hpp"
-#include "cache/file_lock.hpp"
 #include "cache/prebuilt_layer.hpp"
 #include "cache/signing.hpp"
 #include "cache/user_layer.hpp"
@@ -75,26 +75,16 @@ StoreOptions store_options_from_env() {
     if (auto t = env::get("KILN_TRUSTED_KEYS")) o.trusted_keys = split_path_list(*t);
     o.max_bytes = default_max_bytes();
     o.read_only = env::get_bool("KILN_CACHE_READ_ONLY", false);
+    o.require_signed = env::get_bool("KILN_REQUIRE_SIGNED", false);
     return o;
 }
 
 // ---- Lease ----
 
-Store::Lease::Lease(Lease&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
-
-Store::Lease& Store::Lease::operator=(Lease&& o) noexcept {
-    if (this != &o) {
-        if (fd_ >= 0) FileLock::release_fd(fd_, path_);
-        fd_ = o.fd_;
-        path_ = std::move(o.path_);
-        o.fd_ = -1;
-    }
-    return *this;
-}
-
-Store::Lease::~Lease() {
-    if (fd_ >= 0) FileLock::release_fd(fd_, path_);
-}
+Store::Lease::Lease() = default;
+Store::Lease::Lease(Lease&&) noexcept = default;
+Store::Lease& Store::Lease::operator=(Lease&&) noexcept = default;
+Store::Lease::~Lease() = default;
 
 // ---- Store ----
 
@@ -105,16 +95,32 @@ struct Store::Impl {
     std::vector<PublicKey> trusted;
     std::vector<std::unique_ptr<PrebuiltLayer>> prebuilt;
     std::unique_ptr<UserLayer> user;
+
+    // The trust policy (store.hpp): throws CacheError for a layer it refuses.
+    void admit(const PrebuiltLayer& layer) const {
+        if (layer.trust() == Trust::trusted || (trusted.empty() && !opts.require_signed)) return;
+        const std::string why = trusted.empty()
+                                    ? "--require-signed (KILN_REQUIRE_SIGNED) is set and no trusted key is given "
+                                      "(--trusted-key / KILN_TRUSTED_KEYS)"
+                                    : "trusted keys are configured (--trusted-key / KILN_TRUSTED_KEYS), so a prebuilt "
+                                      "cache must be signed by one of them";
+        if (layer.trust() == Trust::unsigned_layer)
+            throw CacheError(fmt::format("prebuilt cache {} is not signed; refusing it: {}", layer.path(), why));
+        throw CacheError(fmt::format("prebuilt cache {} is signed by key {}, which is not trusted; refusing it: {}",
+                                     layer.path(), layer.signer()->fingerprint(), why));
+    }
 };
 
 Store::Store(StoreOptions opts) : impl_(std::make_unique<Impl>()) {
     Impl& s = *impl_;
     s.dir = opts.cache_dir.empty() ? default_cache_dir() : opts.cache_dir;
     if (opts.max_bytes == 0) opts.max_bytes = default_max_bytes();
+    if (opts.lease_stale_after.count() <= 0) opts.lease_stale_after = lease_stale_after_from_env();
     s.opts = std::move(opts);
     for (const auto& file : s.opts.trusted_keys) s.trusted.push_back(PublicKey::load_pem(file));
     for (const auto& file : s.opts.prebuilt) {
         auto layer = std::make_unique<PrebuiltLayer>(file, s.trusted);
+        s.admit(*layer);
         if (layer->trust() == Trust::unsigned_layer)
             s.warnings.warn(fmt::format(
                 "prebuilt cache {} is not signed: its cubins are used after their SHA-256 is checked against its "
@@ -180,9 +186,11 @@ Store::Lease Store::lease(const ContentKey& key, std::chrono::milliseconds timeo
     Lease out;
     if (!s.user->writable()) return out;
     std::string path = (fs::path(s.dir) / "locks" / (key.hex() + ".lock")).string();
-    FileLock lock;
+    LeaseTiming timing;
+    timing.wait = timeout;
+    timing.stale_after = s.opts.lease_stale_after;
     try {
-        lock = FileLock::acquire(path, timeout);
+        out.hold_ = CompileLease::acquire(path, key.hex(), timing, [&s](const std::string& m) { s.warnings.warn(m); });
     } catch (const IoError& e) {
         s.warnings.warn_once("lease-unavailable",
                              fmt::format("compile leases unavailable ({}); concurrent processes may compile the same "
@@ -190,11 +198,10 @@ Store::Lease Store::lease(const ContentKey& key, std::chrono::milliseconds timeo
                                          e.what()));
         return out;
     }
-    if (!lock.held())
+    if (!out.held())
         throw CacheError(fmt::format("timed out after {:.1f} s waiting for the compile lease on key {} ({} is held by "
                                      "another process)",
                                      std::chrono::duration<double>(timeout).count(), key.hex(), path));
-    out.fd_ = lock.detach(out.path_);
     return out;
 }
 
@@ -299,6 +306,7 @@ void Store::export_layer(const std::string& file, const std::string& sign_key_pe
 uint64_t Store::import_layer(const std::string& file) {
     Impl& s = *impl_;
     PrebuiltLayer layer(file, s.trusted);
+    s.admit(layer);
     if (layer.trust() != Trust::trusted)
         s.warnings.warn(fmt::format("importing {}: the layer is {}; only its cubins are imported", file,
                                     to_string(layer.trust())));

@@ -7,6 +7,9 @@
 // rebuilt; a full disk or unwritable directory disables caching with one warning (get() still
 // works, put() returns false). Host object code is only returned from the user layer or a prebuilt
 // layer signed by a trusted key; unsigned or untrusted layers serve cubins only, with a warning.
+// Trust policy: once any trusted key is configured (or require_signed is set), a prebuilt layer not
+// signed by one of the trusted keys is refused whole (CacheError), so stripping or replacing a
+// layer's signature cannot downgrade it to "unsigned" and still have it served.
 // Thread-safe: one Store may be shared by all threads of a process (do not use it across fork()).
 #pragma once
 
@@ -21,6 +24,8 @@
 #include "cache/content_key.hpp"
 
 namespace kiln::cache {
+
+class CompileLease;
 
 enum class ArtifactKind : uint8_t { cubin = 0, host_object = 1 };
 const char* to_string(ArtifactKind k);
@@ -56,17 +61,21 @@ struct StoreOptions {
     std::string cache_dir;                  // user layer directory; "" = default_cache_dir()
     std::vector<std::string> prebuilt;      // prebuilt layer files (.kcache), searched before the user layer
     std::vector<std::string> trusted_keys;  // Ed25519 public keys (PEM files) trusted to sign prebuilt layers
+    bool require_signed = false;            // refuse every prebuilt layer not signed by a trusted key, even
+                                            // when no key is configured (then every prebuilt layer)
     uint64_t max_bytes = 0;                 // user-layer size cap; 0 = KILN_CACHE_MAX_SIZE or 10 GiB
     bool read_only = false;                 // never write the user layer (serving from a prebuilt cache)
     uint64_t hard_limit_bytes = 0;          // ceiling on the user DB file (PRAGMA max_page_count); writes
                                             // beyond it fail like a full disk. 0 = none
+    std::chrono::milliseconds lease_stale_after{0};  // a compile lease not renewed this long is taken over;
+                                                     // 0 = KILN_JIT_LEASE_TIMEOUT, else 30 s
 };
 
 // KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.
 std::string default_cache_dir();
 
 // Options from the environment: KILN_CACHE_DIR, KILN_KERNEL_CACHE and KILN_TRUSTED_KEYS (lists
-// separated by ':' or ','), KILN_CACHE_MAX_SIZE, KILN_CACHE_READ_ONLY. The Store itself only reads
+// separated by ':' or ','), KILN_REQUIRE_SIGNED, KILN_CACHE_MAX_SIZE, KILN_CACHE_READ_ONLY. The Store itself only reads
 // KILN_CACHE_DIR and KILN_CACHE_MAX_SIZE (as defaults for empty fields).
 StoreOptions store_options_from_env();
 
@@ -78,8 +87,9 @@ uint64_t default_max_bytes();
 
 class Store {
 public:
-    // Throws CacheError when a prebuilt layer cannot be opened or its manifest signature does not
-    // verify, InvalidArgument when a trusted key file is not an Ed25519 key. Problems with the user
+    // Throws CacheError when a prebuilt layer cannot be opened, its manifest signature does not
+    // verify, or the trust policy refuses it; InvalidArgument when a trusted key file is not an
+    // Ed25519 key. Problems with the user
     // layer never throw: they become warnings.
     explicit Store(StoreOptions opts);
     ~Store();
@@ -106,21 +116,24 @@ public:
 
     // Cross-process single flight: held while one process compiles a key; others block here,
     // then re-check get(). Released on destruction or process death (flock on
-    // <cache_dir>/locks/<key>.lock). When caching is disabled the lease holds nothing (held() is
-    // false): there is nowhere to publish the result, so every process compiles for itself.
+    // <cache_dir>/locks/<key>.lock). The holder renews it while it lives; a waiter says after a few
+    // seconds which key and holder pid it waits for, and takes over a lease its holder has not
+    // renewed for lease_stale_after (a stopped or hung process), as cache/compile_lease.hpp says.
+    // When caching is disabled the lease holds nothing (held() is false): there is nowhere to
+    // publish the result, so every process compiles for itself.
     class Lease {
     public:
-        Lease() = default;
+        Lease();
         Lease(Lease&&) noexcept;
         Lease& operator=(Lease&&) noexcept;
         ~Lease();
-        bool held() const { return fd_ >= 0; }
+        bool held() const { return hold_ != nullptr; }
     private:
         friend class Store;
-        int fd_ = -1;
-        std::string path_;
+        std::unique_ptr<CompileLease> hold_;
     };
-    // Blocks up to `timeout`; throws CacheError on timeout naming the key and lock file.
+    // Blocks up to `timeout` for a live holder; throws CacheError on timeout naming the key and lock
+    // file. The waiter's messages are warnings of this store.
     Lease lease(const ContentKey& key, std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
     bool caching_enabled() const;
@@ -157,7 +170,8 @@ public:
     // renames it into place. Rows whose blob no longer matches its digest are left out.
     void export_layer(const std::string& file, const std::string& sign_key_pem = "") const;
     // Copies the rows of a prebuilt layer into the user layer after verifying each (host objects
-    // only from a trusted layer); all or nothing. Returns the number of rows inserted.
+    // only from a trusted layer); all or nothing. The trust policy applies as for serving. Returns
+    // the number of rows inserted.
     uint64_t import_layer(const std::string& file);
 
 private:

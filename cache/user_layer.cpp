@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <thread>
@@ -93,10 +95,19 @@ void UserLayer::open() {
         disable(fmt::format("cannot create the cache directory {} ({})", opts_.dir, ec.message()));
         return;
     }
+    if (::access(opts_.dir.c_str(), W_OK) != 0) {
+        // A read-only mount or an unwritable directory: use what is there, write nothing.
+        const std::string why = std::strerror(errno);
+        open_read_only();
+        disable(fmt::format("the cache directory {} cannot be written ({})", opts_.dir, why));
+        return;
+    }
     // Creating the file, switching it to WAL and recovering it are serialised between processes:
     // SQLite answers some of those transitions with SQLITE_BUSY without waiting. The quick_check,
     // which reads the whole file, runs outside the lock; only a failed one takes it again.
     if (!open_locked(false)) return;
+    if (size_t n = FileLock::remove_unheld((fs::path(opts_.dir) / "locks").string(), ".lock"))
+        log::info("{}: removed {} lock files left by processes that were killed", opts_.dir, n);
     if (!needs_check()) return;
     std::string problem;
     {
@@ -237,9 +248,9 @@ void UserLayer::open_db() {
 void UserLayer::open_read_only() {
     std::error_code ec;
     if (!fs::is_regular_file(path_, ec)) return;
-    try {
-        std::string abs = fs::absolute(path_, ec).lexically_normal().string();
-        db_ = Db(sqlite_uri(abs, "mode=ro"), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, path_);
+    const std::string abs = fs::absolute(path_, ec).lexically_normal().string();
+    auto try_open = [&](const char* query) {
+        db_ = Db(sqlite_uri(abs, query), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, path_);
         sqlite3_busy_timeout(db_.raw(), 10000);
         db_.exec(fmt::format("PRAGMA cache_size = {}", k_cache_size_pragma));
         SchemaInfo schema = inspect_schema(db_);
@@ -250,6 +261,23 @@ void UserLayer::open_read_only() {
             return;
         }
         get_ = db_.prepare(fmt::format("SELECT rowid, xxh3, {} FROM artifacts WHERE key = ?1", k_info_columns));
+    };
+    try {
+        try_open("mode=ro");
+        return;
+    } catch (const SqliteError& e) {
+        close_db();
+        // Reading a WAL database needs its -shm (and -wal) beside it; where the directory cannot hold
+        // them (a read-only mount), nothing can write the file either, so it is read as immutable.
+        if (::access(opts_.dir.c_str(), W_OK) == 0) {
+            warnings_.warn_once("user-layer-unreadable",
+                                fmt::format("{}: cannot be read ({}); ignoring it", path_, e.what()));
+            return;
+        }
+    }
+    try {
+        try_open("mode=ro&immutable=1");
+        log::info("{}: the cache directory cannot be written; reading the cache as immutable", path_);
     } catch (const SqliteError& e) {
         close_db();
         warnings_.warn_once("user-layer-unreadable", fmt::format("{}: cannot be read ({}); ignoring it", path_, e.what()));
@@ -436,7 +464,8 @@ uint64_t UserLayer::file_bytes() const { return size_or_zero(path_) + size_or_ze
 uint64_t UserLayer::prune(uint64_t max_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!writable_) {
-        if (!db_) return 0;
+        std::error_code ec;
+        if (!db_ && !fs::exists(path_, ec)) return 0;  // no cache: nothing to prune
         throw CacheError(fmt::format("cannot prune {}: {}", path_, disabled_reason_));
     }
     flush_locked();
@@ -480,8 +509,10 @@ uint64_t UserLayer::prune_locked(uint64_t max_bytes) {
 
 void UserLayer::clear() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!db_) return;
+    std::error_code ec;
+    if (!db_ && !fs::exists(path_, ec)) return;  // no cache: nothing to clear
     if (!writable_) throw CacheError(fmt::format("cannot clear {}: {}", path_, disabled_reason_));
+    if (!db_) throw CacheError(fmt::format("cannot clear {}: it cannot be opened", path_));
     pending_.clear();
     try {
         WriteTxn txn(db_);

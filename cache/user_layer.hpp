@@ -3,6 +3,9 @@
 // Opening never throws for storage problems: a damaged file (garbage, truncated, another program's
 // DB, failed quick_check) is moved aside to kernels.db.corrupt-<timestamp> and rebuilt; a directory
 // or disk that cannot take writes leaves the layer readable (if a DB exists) but disables caching.
+// Where the directory cannot hold the WAL files (a read-only mount), the DB is read as immutable.
+// Maintenance writes (clear, prune, import) on a cache that cannot be written throw CacheError
+// naming the reason.
 // Each of these raises one warning. Writes are BEGIN IMMEDIATE + INSERT OR IGNORE; a full disk
 // (SQLITE_FULL, I/O errors, read-only files) during a write disables caching for the rest of the
 // process. Hit counts and last-use times are buffered in memory and written at most every

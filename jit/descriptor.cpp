@@ -84,7 +84,7 @@ std::string to_string(const KernelDescriptor& d, const FamilyRegistry& families)
 
 std::string to_string(const KernelDescriptor& d) { return to_string(d, builtin_families()); }
 
-std::string config_column(const KernelDescriptor& d) {
+std::string cache_config_text(const KernelDescriptor& d) {
     const Family* f = builtin_families().find(d.family.view());
     const std::string cfg = f ? f->config_text(d.config) : std::string();
     if (d.topk == 0) return cfg;

@@ -121,8 +121,10 @@ class FamilyRegistry;
 // The canonical text; the config as the family's named fields (raw bytes for a family `families` lacks).
 std::string to_string(const KernelDescriptor& d);
 std::string to_string(const KernelDescriptor& d, const FamilyRegistry& families);
-// The cache's config column: "topk=K," when the family bakes in top-k, then the named config fields.
-std::string config_column(const KernelDescriptor& d);
+// The kernel cache's config column (ArtifactInfo::config): the named config fields, after "topk=T," when the
+// descriptor bakes in a top-k, e.g. "topk=8,block_m=64,warps=32". The same for cubins and host objects, so
+// `kiln cache ls` tells such kernels apart.
+std::string cache_config_text(const KernelDescriptor& d);
 // Throws InvalidArgument naming the offending token (an unknown family, field or value).
 KernelDescriptor parse_descriptor(std::string_view text);
 KernelDescriptor parse_descriptor(std::string_view text, const FamilyRegistry& families);

@@ -151,7 +151,7 @@ Dispatcher::Obtained Dispatcher::compile(const KernelDescriptor& c, const Kernel
     i.weight_format = c.weight_format == WeightFormat::none ? "" : to_string(c.weight_format);
     i.act_dtype = runtime::to_string(c.act_dtype);
     i.target = to_string(c.target);
-    i.config = config_column(c);
+    i.config = cache_config_text(c);
     i.kernel_name = out.lowered_name;
     i.compiler = actual;
     i.compile_ms = out.compile_ms;

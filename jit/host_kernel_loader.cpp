@@ -45,7 +45,7 @@ HostKernelSource HostKernelLoader::source(const KernelDescriptor& c) const {
     s.columns.experts = c.experts;
     s.columns.weight_format = c.weight_format == WeightFormat::none ? "" : to_string(c.weight_format);
     s.columns.act_dtype = runtime::to_string(c.act_dtype);
-    s.columns.config = config_column(c);
+    s.columns.config = cache_config_text(c);
     s.columns.kernel_name = hs.entry;
     return s;
 }

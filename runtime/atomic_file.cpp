@@ -1,10 +1,12 @@
 #include "runtime/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,7 +21,29 @@ namespace kiln {
 
 namespace fs = std::filesystem;
 
+size_t remove_stale_temp_siblings(const std::string& path) {
+    const fs::path p(path);
+    const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    const std::string prefix = "." + p.filename().string() + ".tmp-";
+    size_t removed = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind(prefix, 0) != 0) continue;
+        // .<name>.tmp-<pid>-<16 hex digits>[-journal|-wal|-shm]
+        const char* digits = name.c_str() + prefix.size();
+        char* after = nullptr;
+        const long pid = std::strtol(digits, &after, 10);
+        if (after == digits || *after != '-' || pid <= 0) continue;
+        if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+        std::error_code rm;
+        if (fs::remove(it->path(), rm)) ++removed;
+    }
+    return removed;
+}
+
 std::string temp_sibling(const std::string& path) {
+    remove_stale_temp_siblings(path);
     fs::path p(path);
     std::random_device rd;
     uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();

@@ -79,7 +79,7 @@ void cmd_ls(CliState& st) {
         rows.push_back({a.key.hex().substr(0, 12), a.family, a.mode, fmt::format("{}", a.m), fmt::format("{}", a.n),
                         fmt::format("{}", a.k), fmt::format("{}", a.experts), a.target, to_string(a.kind),
                         human_bytes(a.bytes), fmt::format("{:.1f} ms", a.compile_ms), fmt::format("{}", a.hits),
-                        human_time(a.last_used), layer_label(a.layer), a.config});
+                        human_time(a.last_used), layer_label(a.layer), a.config.empty() ? "-" : a.config});
     print_table({"KEY", "FAMILY", "MODE", "M", "N", "K", "E", "TARGET", "KIND", "SIZE", "COMPILE", "HITS", "LAST USED",
                  "LAYER", "CONFIG"},
                 rows, {false, false, false, true, true, true, true, false, false, true, true, true, false, false, false});

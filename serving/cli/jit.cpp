@@ -166,6 +166,11 @@ void run_compile(const CompileOptions& o) {
     dopt.store = &store;
     Dispatcher disp(dopt);
     BuildResult r = disp.build(d);
+    // Compiling into the cache is what this command is for: a kernel that could not be stored (a
+    // read-only cache, a full disk) is a failure, not a result.
+    if (!r.cache_hit && !store.caching_enabled())
+        throw cache::CacheError(fmt::format("compiled {} (key {}) but cannot store it: {}", to_string(r.desc),
+                                            r.key.hex(), store.stats().disabled_reason));
     if (o.json) {
         nlohmann::json j = {{"key", r.key.hex()},
                             {"cache_hit", r.cache_hit},
@@ -196,7 +201,7 @@ void run_compile(const CompileOptions& o) {
                                          r.compile_ms));
     fmt::print("  {:<11} {} bytes\n", r.desc.target.is_host() ? "object" : "cubin", r.bytes);
     if (!r.cache_hit)
-        fmt::print("  cache       {}\n", store.caching_enabled() ? store.user_db_path() : "disabled (not stored)");
+        fmt::print("  cache       {}\n", store.user_db_path());
 }
 
 }  // namespace

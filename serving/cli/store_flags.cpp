@@ -17,6 +17,7 @@ cache::StoreOptions StoreFlags::options() const {
         if (o.max_bytes == 0) throw InvalidArgument("--cache-max-size must be larger than 0");
     }
     o.read_only = read_only;
+    o.require_signed = require_signed;
     return o;
 }
 
@@ -31,6 +32,9 @@ void add_store_flags(CLI::App& cmd, StoreFlags& flags) {
     cmd.add_option("--trusted-key", flags.trusted_keys,
                    "Ed25519 public key (PEM) trusted to sign prebuilt caches; repeatable, or a ':'/',' separated list")
         ->envname("KILN_TRUSTED_KEYS");
+    cmd.add_flag("--require-signed", flags.require_signed,
+                 "Refuse any prebuilt cache not signed by a --trusted-key (with no key given: every prebuilt cache)")
+        ->envname("KILN_REQUIRE_SIGNED");
     cmd.add_option("--cache-max-size", flags.max_size, "Size cap of the user cache, LRU-pruned (default 10G)")
         ->envname("KILN_CACHE_MAX_SIZE");
     cmd.add_flag("--cache-read-only", flags.read_only, "Never write the user cache")->envname("KILN_CACHE_READ_ONLY");

@@ -1,5 +1,5 @@
 // The flags of every command that opens the kernel cache (--cache-dir, --kernel-cache, --trusted-key,
-// --cache-max-size, --cache-read-only), each with its KILN_* environment variable, and the
+// --require-signed, --cache-max-size, --cache-read-only), each with its KILN_* environment variable, and the
 // cache::StoreOptions they make.
 #pragma once
 
@@ -16,6 +16,7 @@ struct StoreFlags {
     std::string cache_dir;                  // --cache-dir, KILN_CACHE_DIR
     std::vector<std::string> kernel_cache;  // --kernel-cache, KILN_KERNEL_CACHE (':' or ',' separated)
     std::vector<std::string> trusted_keys;  // --trusted-key, KILN_TRUSTED_KEYS (':' or ',' separated)
+    bool require_signed = false;            // --require-signed, KILN_REQUIRE_SIGNED
     std::string max_size;                   // --cache-max-size, KILN_CACHE_MAX_SIZE
     bool read_only = false;                 // --cache-read-only, KILN_CACHE_READ_ONLY
 

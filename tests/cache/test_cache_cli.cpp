@@ -2,11 +2,16 @@
 // through Store::put.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
 #include "cache_test_util.hpp"
+#include "runtime/atomic_file.hpp"
 #include "tests/common/cli_runner.hpp"
+#include "tests/common/read_only_dir.hpp"
 
 using namespace kiln::cache;
 using namespace kiln::cache::test;
@@ -197,4 +202,108 @@ TEST_CASE("a tampered prebuilt layer makes the CLI fail with a clear error") {
     CHECK(r.rc == 1);
     CHECK(r.err.rfind("kiln: error: ", 0) == 0);
     CHECK(r.err.find(layer) != std::string::npos);
+}
+
+TEST_CASE("--require-signed / KILN_REQUIRE_SIGNED and --trusted-key refuse layers not signed by a trusted key") {
+    Cli cli;
+    std::string key = cli.dir / "sign.pem", other = cli.dir / "other.pem";
+    std::string signed_layer = cli.dir / "signed.kcache", unsigned_layer = cli.dir / "unsigned.kcache";
+    REQUIRE(cli.run("cache keygen --out '" + key + "'").rc == 0);
+    REQUIRE(cli.run("cache keygen --out '" + other + "'").rc == 0);
+    REQUIRE(cli.run("cache export '" + signed_layer + "' --sign-key '" + key + "'").rc == 0);
+    REQUIRE(cli.run("cache export '" + unsigned_layer + "'").rc == 0);
+    const std::string empty = "cache --cache-dir '" + (cli.dir / "server") + "' ";
+    auto refused = [&](const Run& r, const std::string& layer) {
+        CHECK(r.rc == 1);
+        CHECK(r.err.rfind("kiln: error: prebuilt cache " + layer, 0) == 0);
+        CHECK(r.err.find("refusing it") != std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    };
+    refused(cli.run(empty + "ls --kernel-cache '" + unsigned_layer + "' --trusted-key '" + key + ".pub'"), unsigned_layer);
+    refused(cli.run(empty + "ls --kernel-cache '" + signed_layer + "' --trusted-key '" + other + ".pub'"), signed_layer);
+    refused(cli.run(empty + "ls --require-signed --kernel-cache '" + signed_layer + "'"), signed_layer);
+    refused(cli.run(empty + "ls", "KILN_REQUIRE_SIGNED=1 KILN_KERNEL_CACHE='" + unsigned_layer + "'"), unsigned_layer);
+    refused(cli.run(empty + "import '" + signed_layer + "' --trusted-key '" + other + ".pub'"), signed_layer);
+    Run ok = cli.run(empty + "ls --json", "KILN_REQUIRE_SIGNED=1 KILN_KERNEL_CACHE='" + signed_layer +
+                                              "' KILN_TRUSTED_KEYS='" + key + ".pub'");
+    REQUIRE(ok.rc == 0);
+    CHECK(json::parse(ok.out).size() == 4);
+    CHECK(ok.err.empty());
+}
+
+TEST_CASE("a user cache that cannot be written is still read, and writing commands fail with a clear error") {
+    Cli cli;
+    const std::string compile = "jit compile --json --family moe_routing --arch sm_90a --experts 12 --topk 3";
+    Run first = cli.run(compile);
+    REQUIRE(first.rc == 0);
+    const std::string key = json::parse(first.out)["key"].get<std::string>();
+    std::string layer = cli.dir / "k3.kcache";
+    REQUIRE(cli.run("cache export '" + layer + "'").rc == 0);
+
+    kiln::test::ReadOnlyDir ro(cli.sb.cache_dir);
+    if (!ro.available()) {
+        MESSAGE("skipped: no way to make a directory read-only for root here (no mount namespace)");
+        return;
+    }
+    MESSAGE("read-only through " << ro.how());
+    cli.sb.launcher = ro.launcher();
+    for (const std::string flags : {"", "--cache-read-only "}) {
+        CAPTURE(flags);
+        Run ls = cli.run("cache " + flags + "ls --json");
+        REQUIRE(ls.rc == 0);
+        CHECK(json::parse(ls.out).size() == 5);  // read, not "unable to open database file"
+        CHECK(ls.err.find("cannot be read") == std::string::npos);
+        // A kernel in the cache is a hit, not a recompile.
+        Run hit = cli.run(flags.empty() ? compile : compile + " --cache-read-only");
+        REQUIRE(hit.rc == 0);
+        CHECK(json::parse(hit.out)["cache_hit"] == true);
+        CHECK(json::parse(hit.out)["key"] == key);
+        auto fails = [&](const std::string& args, const std::string& needle) {
+            CAPTURE(args);
+            Run r = cli.run(args);
+            CHECK(r.rc == 1);
+            CHECK(r.out.empty());
+            const size_t at = r.err.find("kiln: error: ");
+            REQUIRE(at != std::string::npos);
+            const std::string line = r.err.substr(at);
+            CHECK(std::count(line.begin(), line.end(), '\n') == 1);
+            CHECK(line.find(needle) != std::string::npos);
+        };
+        fails("cache " + flags + "clear", "cannot clear");
+        fails("cache " + flags + "prune --max-size 1K", "cannot prune");
+        fails("cache " + flags + "import '" + layer + "'", "cannot import");
+        fails("jit compile --family moe_routing --arch sm_90a --experts 13 --topk 3 " + flags,
+              "but cannot store it");
+    }
+    CHECK(json::parse(cli.run("cache ls --json").out).size() == 5);
+}
+
+TEST_CASE("cache export removes what a killed export left beside its target, and nothing a live one writes") {
+    Cli cli;
+    const std::string layer = cli.dir / "k3.kcache";
+    // The state a `kiln cache export` killed mid-way leaves: its temp file and the temp file's journal,
+    // named for a process that no longer runs. And a temp file of a process that is still running.
+    const std::string live = kiln::temp_sibling(layer);  // this process: alive
+    spit(live, "in progress");
+    std::vector<std::string> stale;
+    pid_t dead = ::fork();
+    REQUIRE(dead >= 0);
+    if (dead == 0) {
+        const std::string tmp = kiln::temp_sibling(layer);
+        spit(tmp, std::string(200000, 'x'));
+        spit(tmp + "-journal", std::string(5000, 'j'));
+        ::_exit(0);
+    }
+    REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+    for (const auto& e : fs::directory_iterator(cli.dir.path))
+        if (e.path().filename().string().find(".tmp-" + std::to_string(dead) + "-") != std::string::npos)
+            stale.push_back(e.path().string());
+    REQUIRE(stale.size() == 2);
+
+    Run ex = cli.run("cache export '" + layer + "'");
+    REQUIRE(ex.rc == 0);
+    for (const auto& f : stale) CHECK_FALSE(fs::exists(f));
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(layer));
+    fs::remove(live);
 }

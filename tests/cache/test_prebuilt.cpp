@@ -125,13 +125,13 @@ TEST_CASE("the exported file is a compact rollback-journal DB, published without
     // Re-exporting over the same path replaces it.
     Store builder(options_in(fx.dir, "builder"));
     builder.export_layer(fx.layer, "");
-    Store s(fx.server({fx.pub_key}));
+    Store s(fx.server({}));
     CHECK(contains(s.warnings(), "is not signed"));
 }
 
-TEST_CASE("an unsigned layer serves cubins with a warning but never host objects") {
+TEST_CASE("without trusted keys, an unsigned layer serves cubins with a warning but never host objects") {
     Fixture fx(false);
-    Store s(fx.server({fx.pub_key}));
+    Store s(fx.server({}));
     CHECK(contains(s.warnings(), fx.layer + " is not signed"));
     for (const auto& a : fx.cubins) {
         auto got = s.get(a.info.key, ArtifactKind::cubin);
@@ -148,16 +148,42 @@ TEST_CASE("an unsigned layer serves cubins with a warning but never host objects
     CHECK(s.stats().layers[0].trust == "unsigned");
 }
 
-TEST_CASE("a layer signed by an untrusted key is treated like an unsigned one") {
+TEST_CASE("without trusted keys, a layer signed by an unknown key is treated like an unsigned one") {
     Fixture fx(true);
-    for (auto trusted : {std::vector<std::string>{fx.other_pub}, std::vector<std::string>{}}) {
-        Store s(fx.server(trusted));
-        CHECK(contains(s.warnings(), "which is not trusted"));
-        CHECK(contains(s.warnings(), PublicKey::load_pem(fx.pub_key).fingerprint()));
-        CHECK(s.get(fx.cubins[1].info.key, ArtifactKind::cubin).has_value());
-        CHECK_FALSE(s.get(fx.host.info.key, ArtifactKind::host_object).has_value());
-        CHECK(s.stats().layers[0].trust == "untrusted signer");
+    Store s(fx.server({}));
+    CHECK(contains(s.warnings(), "which is not trusted"));
+    CHECK(contains(s.warnings(), PublicKey::load_pem(fx.pub_key).fingerprint()));
+    CHECK(s.get(fx.cubins[1].info.key, ArtifactKind::cubin).has_value());
+    CHECK_FALSE(s.get(fx.host.info.key, ArtifactKind::host_object).has_value());
+    CHECK(s.stats().layers[0].trust == "untrusted signer");
+}
+
+TEST_CASE("with trusted keys (or require_signed), a layer not signed by one of them is refused whole") {
+    Fixture signed_layer(true), unsigned_layer(false);
+    const std::string fp = PublicKey::load_pem(signed_layer.pub_key).fingerprint();
+    std::string what = message_of([&] { Store s(signed_layer.server({signed_layer.other_pub})); });
+    CHECK(what.find(signed_layer.layer) != std::string::npos);
+    CHECK(what.find("signed by key " + fp + ", which is not trusted; refusing it") != std::string::npos);
+    what = message_of([&] { Store s(unsigned_layer.server({unsigned_layer.pub_key})); });
+    CHECK(what.find(unsigned_layer.layer + " is not signed; refusing it") != std::string::npos);
+    for (const Fixture* fx : {&signed_layer, &unsigned_layer}) {
+        StoreOptions o = fx->server({});
+        o.require_signed = true;
+        what = message_of([&] { Store s(o); });
+        CHECK(what.find("refusing it: --require-signed") != std::string::npos);
     }
+    // The signer's key is accepted, with or without require_signed.
+    StoreOptions o = signed_layer.server({signed_layer.other_pub, signed_layer.pub_key});
+    o.require_signed = true;
+    Store s(o);
+    CHECK(s.stats().layers[0].trust == "trusted");
+    CHECK(s.warnings().empty());
+    // Import follows the same policy.
+    StoreOptions strict = options_in(signed_layer.dir, "strict");
+    strict.trusted_keys = {signed_layer.other_pub};
+    Store importer(strict);
+    CHECK(message_of([&] { (void)importer.import_layer(signed_layer.layer); }).find("refusing it") != std::string::npos);
+    CHECK(importer.list().empty());
 }
 
 TEST_CASE("a tampered blob is refused with an error naming the file and key") {
@@ -217,13 +243,29 @@ TEST_CASE("editing any manifest field breaks the signature") {
     }
 }
 
-TEST_CASE("stripping the signature downgrades the layer: no host objects from it") {
+TEST_CASE("stripping the signature cannot downgrade a layer past the trusted keys") {
     Fixture fx(true);
-    exec_sql(fx.layer, "DELETE FROM signature");
-    Store s(fx.server({fx.pub_key}));
-    CHECK(contains(s.warnings(), "is not signed"));
-    CHECK_FALSE(s.get(fx.host.info.key, ArtifactKind::host_object).has_value());
-    CHECK(s.get(fx.cubins[0].info.key, ArtifactKind::cubin).has_value());
+    // The attack: drop the signature row, swap cubin 0 for cubin 1 and rewrite cubin 0's manifest entry
+    // to match, so an unsigned layer would serve cubin 1's code for cubin 0's descriptor.
+    const std::string k0 = fx.cubins[0].info.key.hex(), k1 = fx.cubins[1].info.key.hex();
+    exec_sql(fx.layer, "DELETE FROM signature; "
+                       "UPDATE artifacts SET blob = (SELECT blob FROM artifacts WHERE key = '" + k1 + "'), "
+                       "size = (SELECT size FROM artifacts WHERE key = '" + k1 + "'), "
+                       "sha256 = (SELECT sha256 FROM artifacts WHERE key = '" + k1 + "') WHERE key = '" + k0 + "'; "
+                       "UPDATE manifest SET size = (SELECT size FROM manifest WHERE key = '" + k1 + "'), "
+                       "sha256 = (SELECT sha256 FROM manifest WHERE key = '" + k1 + "') WHERE key = '" + k0 + "'");
+    {
+        // With no trust anchor there is nothing to check authorship against: the swap is served (the
+        // README's trust model), with the unsigned warning.
+        Store open(fx.server({}));
+        CHECK(contains(open.warnings(), "is not signed"));
+        CHECK(open.get(fx.cubins[0].info.key, ArtifactKind::cubin)->blob == fx.cubins[1].blob);
+    }
+    std::string what = message_of([&] { Store s(fx.server({fx.pub_key})); });
+    CHECK(what.find(fx.layer + " is not signed; refusing it") != std::string::npos);
+    StoreOptions o = fx.server({});
+    o.require_signed = true;
+    CHECK(message_of([&] { Store s(o); }).find("refusing it") != std::string::npos);
 }
 
 TEST_CASE("files that are not prebuilt layers are refused with a clear error") {

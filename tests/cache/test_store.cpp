@@ -253,6 +253,10 @@ TEST_CASE("options from the environment split path lists on ':' and ','") {
     CHECK(o.prebuilt == std::vector<std::string>{"x.kcache", "y.kcache"});
     CHECK(o.trusted_keys == std::vector<std::string>{"k1.pub", "k2.pub"});
     CHECK(o.max_bytes == 3ull << 30);
+    CHECK_FALSE(o.require_signed);
+    setenv("KILN_REQUIRE_SIGNED", "yes", 1);
+    CHECK(store_options_from_env().require_signed);
+    unsetenv("KILN_REQUIRE_SIGNED");
     setenv("KILN_CACHE_MAX_SIZE", "lots", 1);
     CHECK_THROWS_AS(store_options_from_env(), kiln::InvalidArgument);
     unsetenv("KILN_KERNEL_CACHE");

@@ -43,10 +43,10 @@ inline std::string slurp_file(const fs::path& p) {
     return ss.str();
 }
 
-// The shell command that runs `kiln ARGS` in `sb`: inherited KILN_* settings removed, KILN_CACHE_DIR
-// set to the sandbox's cache, then ENV (shell assignments, e.g. "KILN_JSON=1").
+// The shell command that runs `kiln ARGS` in `sb`: through its launcher, inherited KILN_* settings
+// removed, KILN_CACHE_DIR set to the sandbox's cache, then ENV (shell assignments, e.g. "KILN_JSON=1").
 inline std::string kiln_command(const Sandbox& sb, std::string_view args, std::string_view env = "") {
-    std::string cmd = "env";
+    std::string cmd = sb.launcher.empty() ? "env" : sb.launcher + " env";
     for (const auto& name : inherited_kiln_settings()) cmd.append(" -u ").append(name);
     cmd.append(" KILN_CACHE_DIR=").append(shell_quote(sb.cache_dir.string()));
     if (!env.empty()) cmd.append(" ").append(env);

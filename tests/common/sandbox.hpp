@@ -33,12 +33,14 @@ public:
 };
 
 // A directory for one test's kiln runs. `cache_dir` (default <dir>/cache) is the user kernel cache
-// every run gets through KILN_CACHE_DIR.
+// every run gets through KILN_CACHE_DIR; `launcher` (shell words, default none) is a command every
+// run goes through, e.g. one that gives it a read-only view (tests/common/read_only_dir.hpp).
 struct Sandbox {
     explicit Sandbox(std::string_view tag = "cli") : dir(tag), cache_dir(dir.path / "cache") {}
 
     TempDir dir;
     fs::path cache_dir;
+    std::string launcher;
 };
 
 // The KILN_* variables a run must not inherit: every one that is set, except those that describe

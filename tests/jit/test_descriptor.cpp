@@ -51,8 +51,8 @@ TEST_CASE("descriptor text names the config fields and round trips") {
     const KernelDescriptor g = MoeW4A16DecodeFamily::descriptor(
         moe::Matrix::gate_up, {WeightFormat::int4_g32_bf16, 256, 224}, moe::Activation::situ_glu, 16, k_h200);
     CHECK(to_string(g).find(" cfg=matrix=gate_up,act=situ_glu,block_m=16,") != std::string::npos);
-    CHECK(config_column(a) == "topk=8,block_m=64,warps=32");
-    CHECK(config_column(b) == "warps=16");
+    CHECK(cache_config_text(a) == "topk=8,block_m=64,warps=32");
+    CHECK(cache_config_text(b) == "warps=16");
     // Fields may come in any order and be left out (zero: canonicalisation fills the defaults).
     const KernelDescriptor loose =
         parse_descriptor("moe_routing/indexed e=384 topk=8 target=sm_90a cfg=warps=32,block_m=64");

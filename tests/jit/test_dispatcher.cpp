@@ -57,7 +57,7 @@ TEST_CASE("concurrent builds of one missing kernel compile once and store one ar
     CHECK(info->experts == 24);
     CHECK(info->target == "sm_90a");
     CHECK(info->config == "topk=3,block_m=8,warps=2");  // `kiln cache ls` shows the named fields
-    CHECK(info->config == config_column(d));
+    CHECK(info->config == cache_config_text(d));
     CHECK(info->compiler == Nvrtc::instance().identity());
 
     // A second dispatcher (a new process, as far as the store is concerned) hits.

@@ -2,6 +2,7 @@
 // `kiln cache ls` with host entries, run as the user runs them.
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -86,4 +87,25 @@ TEST_CASE("bad targets are one clear line") {
     r = sb.kiln("jit compile --family dequant_gemv --arch host --m 1 --n 8 --k 40");
     CHECK(r.rc == 1);
     CHECK(r.err.find("multiple of the group size 32") != std::string::npos);
+}
+
+TEST_CASE("kiln cache ls tells host kernels that differ only in top-k apart") {
+    Sandbox sb;
+    for (int topk : {3, 4})
+        REQUIRE(sb.kiln("jit compile --family moe_routing --arch host --experts 24 --topk " + std::to_string(topk)).rc == 0);
+    Run ls = sb.kiln("cache ls --json");
+    REQUIRE(ls.rc == 0);
+    auto rows = nlohmann::json::parse(ls.out);
+    REQUIRE(rows.size() == 2);
+    std::set<std::string> configs;
+    for (const auto& r : rows) configs.insert(r["config"].get<std::string>());
+    CHECK(configs.size() == 2);
+    CHECK((*configs.begin()).rfind("topk=3,", 0) == 0);
+    CHECK((*configs.rbegin()).rfind("topk=4,", 0) == 0);
+    // The table too: the rows differ beyond their keys.
+    Run table = sb.kiln("cache ls");
+    REQUIRE(table.rc == 0);
+    CHECK(table.out.find("CONFIG") != std::string::npos);
+    CHECK(table.out.find("topk=3,") != std::string::npos);
+    CHECK(table.out.find("topk=4,") != std::string::npos);
 }

@@ -1,13 +1,18 @@
-// `kiln jit families` and `kiln jit compile`, run as the user runs them.
+// `kiln jit families` and `kiln jit compile`, run as the user runs them (and beside a stopped process that
+// holds a compile lease).
 #include <doctest/doctest.h>
+
+#include <signal.h>
 
 #include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cache/store.hpp"
 #include "jit/family.hpp"
 #include "tests/common/cli_runner.hpp"
+#include "tests/common/lease_holder.hpp"
 
 using kiln::test::slurp_file;
 using Run = kiln::test::CliResult;
@@ -109,4 +114,31 @@ TEST_CASE("kiln jit compile errors are one clear line") {
     r = sb.kiln("jit compile --family moe_routing --experts 8 --topk 2", "KILN_CUDA_DRIVER=none KILN_TARGET=cuda");
     CHECK(r.rc == 1);
     CHECK(r.err.find("--arch") != std::string::npos);
+}
+
+TEST_CASE("kiln jit compile waits for a stopped lease holder, says who it is, then takes over and compiles") {
+    const std::string args = "jit compile --json --family moe_routing --arch sm_90a --experts 44 --topk 4";
+    Sandbox probe;
+    Run first = probe.kiln(args);
+    REQUIRE(first.rc == 0);
+    const std::string key = nlohmann::json::parse(first.out)["key"].get<std::string>();
+
+    // Another process holds the lease on that key in a fresh cache, and is stopped (SIGSTOP).
+    Sandbox sb;
+    kiln::cache::StoreOptions opts;
+    opts.cache_dir = sb.cache_dir.string();
+    kiln::test::LeaseHolder holder(opts, kiln::cache::ContentKey::parse(key));
+    REQUIRE(::kill(holder.pid, SIGSTOP) == 0);
+
+    Run r = sb.kiln(args, "KILN_LOG_LEVEL=warn KILN_JIT_LEASE_TIMEOUT=4");
+    const pid_t holder_pid = holder.pid;
+    CHECK(holder.kill_now());
+    REQUIRE(r.rc == 0);
+    auto out = nlohmann::json::parse(r.out);
+    CHECK(out["key"] == key);
+    CHECK(out["cache_hit"] == false);
+    CHECK(r.err.find("waiting for the compile lease on key " + key + ": pid " + std::to_string(holder_pid) + " (stopped)") !=
+          std::string::npos);
+    CHECK(r.err.find("taking it over") != std::string::npos);
+    CHECK(r.err.find("KILN_JIT_LEASE_TIMEOUT") != std::string::npos);
 }
