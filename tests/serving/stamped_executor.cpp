@@ -267,7 +267,10 @@ StampedExecutor::Ticket StampedExecutor::launch(const ForwardBatch& batch) {
         write(slot, std::move(w));
 
         SequenceResult r;
-        if (s.sample) {
+        if (s.sample && std::find(tokens.begin(), tokens.end(), cfg_.poison) != tokens.end()) {
+            r.nonfinite = true;
+            sampled[i] = 0;  // whatever the device picks from NaN logits
+        } else if (s.sample) {
             r.token = next_token(h, s.sampling.seeded ? s.sampling.seed : 0);
             sampled[i] = r.token;
             if (s.sampling.want_logprobs) {

@@ -35,6 +35,7 @@ public:
         int32_t token_range = 3840;     // sampled tokens lie in [0, token_range), or are EOS
         std::vector<int32_t> eos;
         uint32_t eos_period = 0;        // about one sampled token in eos_period is eos[0] (0: never)
+        int32_t poison = -1;            // a sequence step carrying this token samples a non-finite result
     };
 
     explicit StampedExecutor(Config config);
