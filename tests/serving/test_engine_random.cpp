@@ -33,6 +33,7 @@ struct Setup {
 struct Totals {
     uint64_t requests = 0, cancelled = 0, preemptions = 0, restores = 0, hits = 0, feeds = 0, moves = 0;
     uint64_t skipped_snapshots = 0, stops = 0, stop_strings = 0, identity_checks = 0, donated = 0, evicted = 0;
+    uint64_t pruned = 0, duplicate_pages = 0;
 };
 
 constexpr uint32_t token_range = 512;  // small enough for stop ids and stop strings to fire
@@ -71,6 +72,8 @@ public:
         totals_.donated += c.scheduler.checkpoints_donated;
         totals_.evicted += c.prefix_cache.evicted_checkpoints + c.prefix_cache.evicted_pages;
         totals_.moves += c.moves;
+        totals_.pruned += c.prefix_cache.pruned_checkpoints;
+        totals_.duplicate_pages += c.prefix_cache.duplicate_pages;
         totals_.feeds += rig_.ex.counts().feeds;
         totals_.identity_checks += rig_.ex.counts().identity_checks;
         rig_.check_empty();
@@ -284,7 +287,8 @@ TEST_CASE("engine random: cached runs equal uncached ones; nothing is lost or le
                         << ", restores " << t.restores << ", sequences with a hit " << t.hits << ", checkpoints donated "
                         << t.donated << ", evicted " << t.evicted << ", snapshots skipped " << t.skipped_snapshots
                         << ", fed decodes " << t.feeds << ", moves " << t.moves << ", stops " << t.stops
-                        << " (strings " << t.stop_strings << "), identity checks " << t.identity_checks);
+                        << " (strings " << t.stop_strings << "), identity checks " << t.identity_checks
+                        << ", checkpoints pruned by the cap " << t.pruned << ", duplicate pages " << t.duplicate_pages);
     CHECK(t.requests > 600);
     CHECK(t.cancelled > 20);
     CHECK(t.preemptions > 10);
@@ -295,4 +299,6 @@ TEST_CASE("engine random: cached runs equal uncached ones; nothing is lost or le
     CHECK(t.stop_strings > 20);
     CHECK(t.stops > 100);
     CHECK(t.identity_checks > 1000);
+    CHECK(t.pruned > 10);
+    CHECK(t.duplicate_pages > 100);
 }
