@@ -45,7 +45,8 @@ void validate_sampling(SamplingParams& p, const SamplingLimits& limits) {
         bad("repetition_penalty",
             fmt::format("repetition_penalty must be greater than zero, got {}", p.repetition_penalty));
     check_finite("temperature", p.temperature);
-    if (p.temperature < 0.0f) bad("temperature", fmt::format("temperature must be non-negative, got {}", p.temperature));
+    if (p.temperature < 0.0f)
+        bad("temperature", fmt::format("temperature must be non-negative, got {}", p.temperature));
     if (p.temperature > 2.0f) bad("temperature", fmt::format("temperature must be in [0, 2], got {}", p.temperature));
     check_finite("top_p", p.top_p);
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p", fmt::format("top_p must be in (0, 1], got {}", p.top_p));
@@ -54,14 +55,14 @@ void validate_sampling(SamplingParams& p, const SamplingLimits& limits) {
     if (p.min_p < 0.0f || p.min_p > 1.0f) bad("min_p", fmt::format("min_p must be in [0, 1], got {}", p.min_p));
     if (p.max_tokens < 1) bad("max_tokens", fmt::format("max_tokens must be at least 1, got {}", p.max_tokens));
     if (p.min_tokens > p.max_tokens)
-        bad("min_tokens", fmt::format("min_tokens must be less than or equal to max_tokens={}, got {}", p.max_tokens,
-                                      p.min_tokens));
+        bad("min_tokens",
+            fmt::format("min_tokens must be less than or equal to max_tokens={}, got {}", p.max_tokens, p.min_tokens));
     if (p.logprobs && *p.logprobs > limits.max_logprobs)
         bad("logprobs", fmt::format("requested {} logprobs per token, more than the maximum of {}", *p.logprobs,
                                     limits.max_logprobs));
     if (p.stop.size() > limits.max_stop_strings)
-        bad("stop", fmt::format("stop has {} strings, more than the maximum of {}", p.stop.size(),
-                                limits.max_stop_strings));
+        bad("stop",
+            fmt::format("stop has {} strings, more than the maximum of {}", p.stop.size(), limits.max_stop_strings));
     for (const auto& s : p.stop) {
         if (s.empty()) bad("stop", "stop cannot contain an empty string");
         if (s.size() > limits.max_stop_bytes)

@@ -92,12 +92,12 @@ struct SamplingLimits {
     size_t max_stop_bytes = 1024;      // per stop string
 };
 
-// Checks every field against vLLM's ranges (n >= 1; penalties presence/frequency in [-2, 2],
-// repetition > 0; temperature in [0, 2]; top_p in (0, 1]; top_k >= -1; min_p in [0, 1];
-// max_tokens >= 1; min_tokens <= max_tokens; no empty stop string; logprobs <= max_logprobs; n = 1
-// when greedy, i.e. temperature 0) and the limits, throwing InvalidRequest that names the first bad field. Then
-// normalises in place as vLLM does: top_k -1 -> 0, temperature in (0, 0.01) -> 0.01, greedy drops
-// top_p/top_k/min_p, duplicate stop ids removed.
+// Checks every field against vLLM's ranges and the limits, throwing InvalidRequest that names the
+// first bad field: n >= 1 (and n = 1 when greedy, i.e. temperature 0); presence and frequency
+// penalties in [-2, 2], repetition penalty > 0; temperature in [0, 2]; top_p in (0, 1]; top_k >= -1;
+// min_p in [0, 1]; max_tokens >= 1; min_tokens <= max_tokens; no empty stop string; logprobs <=
+// max_logprobs. Then normalises in place as vLLM does: top_k -1 -> 0, temperature in (0, 0.01) ->
+// 0.01, greedy drops top_p / top_k / min_p, duplicate stop ids removed.
 void validate_sampling(SamplingParams& params, const SamplingLimits& limits = {});
 
 struct GenerationRequest {

@@ -147,7 +147,8 @@ GenerationJob::Status GenerationJob::pump(const ClientConnection& conn,
         for (auto& item : items) {
             const GenerationEvent& e = item.event;
             if (e.index >= n_ || item.prompt >= requests_.size())
-                throw Error(fmt::format("the engine sent an event for sequence {} of a request with n={}", e.index, n_));
+                throw Error(
+                    fmt::format("the engine sent an event for sequence {} of a request with n={}", e.index, n_));
             const uint32_t choice = item.prompt * n_ + e.index;
             if (finished_[choice]) continue;  // nothing may follow a final event
             if (!e.tokens.empty()) {

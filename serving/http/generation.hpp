@@ -37,8 +37,8 @@ public:
     EventQueue& operator=(const EventQueue&) = delete;
 
     void push(uint32_t prompt, GenerationEvent&& event);
-    void wake();                  // wakes the reader without an event
-    std::vector<Item> take();     // everything queued so far (clears the wake-up)
+    void wake();               // wakes the reader without an event
+    std::vector<Item> take();  // everything queued so far (clears the wake-up)
     int wake_fd() const { return fd_; }
 
 private:
@@ -68,7 +68,8 @@ public:
     // Delivers events as they come (in order per choice) until every sequence has finished, the
     // client goes away, on_event returns false, or cancel() is called. The final event of a choice
     // is delivered like any other (its finish may be stop, length, abort or error).
-    Status pump(const ClientConnection& conn, const std::function<bool(uint32_t choice, const GenerationEvent&)>& on_event);
+    Status pump(const ClientConnection& conn,
+                const std::function<bool(uint32_t choice, const GenerationEvent&)>& on_event);
 
     // Cancels every unfinished sequence (thread-safe); pump returns Status::cancelled.
     void cancel();
@@ -89,7 +90,7 @@ private:
     std::shared_ptr<EventQueue> queue_;
     std::vector<RequestHandle> handles_;
     std::mutex handles_mu_;
-    std::vector<bool> finished_;                                    // per choice
+    std::vector<bool> finished_;                                     // per choice
     std::vector<std::chrono::steady_clock::time_point> last_token_;  // per choice
     std::vector<uint64_t> tokens_;                                   // per choice
     uint32_t unfinished_ = 0;

@@ -15,12 +15,13 @@
 
 namespace kiln::serving::http {
 
+// Per-request bounds and options (each meant to be a `kiln serve` flag with a KILN_* variable).
 struct RequestLimits {
-    uint32_t max_n = 128;
-    uint32_t max_logprobs = 20;
-    size_t max_prompts = 256;
-    size_t max_prompt_tokens = 0;       // 0: the context length is the only limit
-    bool prompt_tokens_details = false;
+    uint32_t max_n = 128;               // --max-n: sequences per prompt
+    uint32_t max_logprobs = 20;         // --max-logprobs (vLLM's default)
+    size_t max_prompts = 256;           // --max-prompts: completions prompts per request
+    size_t max_prompt_tokens = 0;       // --max-prompt-tokens; 0: the context length is the only limit
+    bool prompt_tokens_details = false; // --enable-prompt-tokens-details: usage.prompt_tokens_details
 };
 
 struct PreparedGeneration {

@@ -35,7 +35,8 @@ Json parse_json_object(std::string_view body, int max_depth) {
             what = what.substr(p + 2);
         throw ApiError::bad_request("invalid JSON body: " + what);
     }
-    if (!j.is_object()) throw ApiError::bad_request(fmt::format("the request body must be a JSON object, got {}", json_kind(j)));
+    if (!j.is_object())
+        throw ApiError::bad_request(fmt::format("the request body must be a JSON object, got {}", json_kind(j)));
     return j;
 }
 

@@ -28,10 +28,9 @@ std::vector<TokenId> token_ids(const Json& arr, const std::string& name) {
     for (size_t i = 0; i < arr.size(); ++i) {
         auto v = arr[i].is_number() ? as_integer(arr[i]) : std::nullopt;
         if (!v || *v < 0 || *v > int64_t(UINT32_MAX))
-            throw ApiError::bad_request(
-                fmt::format("{}[{}]: expected a token id (an integer >= 0), got {}", name, i,
-                            arr[i].is_number() ? arr[i].dump() : json_kind(arr[i])),
-                name);
+            throw ApiError::bad_request(fmt::format("{}[{}]: expected a token id (an integer >= 0), got {}", name, i,
+                                                    arr[i].is_number() ? arr[i].dump() : json_kind(arr[i])),
+                                        name);
         ids.push_back(static_cast<TokenId>(*v));
     }
     return ids;
@@ -40,8 +39,8 @@ std::vector<TokenId> token_ids(const Json& arr, const std::string& name) {
 void refuse_if_set(const Fields& f, const char* key, const char* why) {
     const Json* v = f.get(key);
     if (!v) return;
-    const bool set = v->is_boolean() ? v->get<bool>()
-                     : v->is_string() ? !v->get_ref<const std::string&>().empty()
+    const bool set = v->is_boolean()                     ? v->get<bool>()
+                     : v->is_string()                    ? !v->get_ref<const std::string&>().empty()
                      : (v->is_object() || v->is_array()) ? !v->empty()
                                                          : true;
     if (set) f.fail(key, why);
@@ -116,8 +115,7 @@ void check_response_format(const Fields& f) {
     if (!type) f.fail("response_format", "has no \"type\"");
     if (*type == "text" || *type == "json_object") return;
     if (*type == "json_schema") {
-        if (!rff.object("json_schema"))
-            f.fail("response_format", "type json_schema needs a \"json_schema\" object");
+        if (!rff.object("json_schema")) f.fail("response_format", "type json_schema needs a \"json_schema\" object");
         return;
     }
     if (*type == "structural_tag") f.fail("response_format", "type structural_tag is not supported by this server");
@@ -127,7 +125,8 @@ void check_response_format(const Fields& f) {
 
 Json check_message(const Json& m, size_t i) {
     const std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object()) throw ApiError::bad_request(fmt::format("{}: expected an object, got {}", where, json_kind(m)), where);
+    if (!m.is_object())
+        throw ApiError::bad_request(fmt::format("{}: expected an object, got {}", where, json_kind(m)), where);
     const Fields f(m, where + ".");
     auto role = f.string("role");
     if (!role) f.fail("role", "is required");
@@ -150,8 +149,7 @@ Json check_message(const Json& m, size_t i) {
                 if (*type == "text") {
                     if (!pf.string("text")) pf.fail("text", "is required");
                 } else if (*type == "image_url" || *type == "image" || *type == "input_image" ||
-                           *type == "input_audio" || *type == "audio_url" || *type == "video_url" ||
-                           *type == "file") {
+                           *type == "input_audio" || *type == "audio_url" || *type == "video_url" || *type == "file") {
                     throw ApiError::bad_request(
                         fmt::format("{}: {} inputs are not supported by this server (text only)", pwhere, *type),
                         pwhere);
@@ -210,14 +208,15 @@ ApiRequest parse_chat_request(const Json& body, const ParseOptions& o) {
     if (const Json* tools = f.array("tools")) {
         for (size_t i = 0; i < tools->size(); ++i)
             if (!(*tools)[i].is_object())
-                f.fail("tools", fmt::format("item {} is {}, expected a tool definition object", i, json_kind((*tools)[i])));
+                f.fail("tools",
+                       fmt::format("item {} is {}, expected a tool definition object", i, json_kind((*tools)[i])));
         r.chat.tools = *tools;
     }
     if (const Json* tc = f.get("tool_choice")) {
         if (!tc->is_string() && !tc->is_object()) f.wrong_type("tool_choice", "a string or an object", *tc);
         if (tc->is_string() && *tc != "none" && *tc != "auto" && *tc != "required")
-            f.fail("tool_choice", fmt::format("unknown value '{}' (expected none, auto or required)",
-                                              tc->get<std::string>()));
+            f.fail("tool_choice",
+                   fmt::format("unknown value '{}' (expected none, auto or required)", tc->get<std::string>()));
         r.chat.tool_choice = *tc;
     }
     check_response_format(f);
@@ -229,12 +228,15 @@ ApiRequest parse_chat_request(const Json& body, const ParseOptions& o) {
     auto effort = [](const Fields& ff, const char* key, bool allow_none) -> std::optional<std::string> {
         auto e = ff.string(key);
         if (e && !(*e == "low" || *e == "high" || *e == "max" || (allow_none && *e == "none")))
-            ff.fail(key, fmt::format("unknown value '{}' (expected {}low, high or max)", *e, allow_none ? "none, " : ""));
+            ff.fail(key,
+                    fmt::format("unknown value '{}' (expected {}low, high or max)", *e, allow_none ? "none, " : ""));
         return e;
     };
     if (auto e = effort(f, "reasoning_effort", true)) {
-        if (*e == "none") r.chat.thinking = false;
-        else r.chat.thinking_effort = *e;
+        if (*e == "none")
+            r.chat.thinking = false;
+        else
+            r.chat.thinking_effort = *e;
     }
     if (const Json* kw = f.object("chat_template_kwargs")) {
         const Fields kf(*kw, "chat_template_kwargs.");
@@ -275,11 +277,14 @@ ApiRequest parse_completion_request(const Json& body, const ParseOptions& o) {
             r.prompts.push_back(id_prompt(*prompt));
         } else {
             if (prompt->size() > o.max_prompts)
-                f.fail("prompt", fmt::format("has {} prompts, more than the maximum of {}", prompt->size(), o.max_prompts));
+                f.fail("prompt",
+                       fmt::format("has {} prompts, more than the maximum of {}", prompt->size(), o.max_prompts));
             for (size_t i = 0; i < prompt->size(); ++i) {
                 const Json& p = (*prompt)[i];
-                if (p.is_string()) r.prompts.push_back(text_prompt(p));
-                else if (p.is_array()) r.prompts.push_back(id_prompt(p));
+                if (p.is_string())
+                    r.prompts.push_back(text_prompt(p));
+                else if (p.is_array())
+                    r.prompts.push_back(id_prompt(p));
                 else
                     f.fail("prompt", fmt::format("item {} is {}; expected a string, a list of strings, a list of token "
                                                  "ids or a list of such lists",

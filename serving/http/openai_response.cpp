@@ -65,6 +65,15 @@ Json usage_json(const Usage& u, bool prompt_tokens_details) {
     return j;
 }
 
+Json response_head(const ResponseContext& ctx, bool chunk) {
+    Json j;
+    j["id"] = ctx.id;
+    j["object"] = ctx.api == Api::completions ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    j["created"] = ctx.created;
+    j["model"] = ctx.model;
+    return j;
+}
+
 // ---- ChoiceState ----
 
 ChoiceState::ChoiceState(const ResponseContext& ctx)
@@ -131,11 +140,7 @@ Usage ChoiceState::usage() const {
 StreamEncoder::StreamEncoder(ResponseContext ctx) : ctx_(std::move(ctx)), state_(ctx_) {}
 
 Json StreamEncoder::chunk(Json choices) const {
-    Json j;
-    j["id"] = ctx_.id;
-    j["object"] = ctx_.api == Api::chat ? "chat.completion.chunk" : "text_completion";
-    j["created"] = ctx_.created;
-    j["model"] = ctx_.model;
+    Json j = response_head(ctx_, true);
     j["choices"] = std::move(choices);
     if (ctx_.stream_options.continuous_usage_stats) j["usage"] = usage_json(state_.usage(), ctx_.prompt_tokens_details);
     return j;
@@ -177,11 +182,7 @@ std::string StreamEncoder::event(uint32_t choice, const GenerationEvent& e) {
 std::string StreamEncoder::end() {
     std::string out;
     if (ctx_.stream_options.include_usage) {
-        Json j;
-        j["id"] = ctx_.id;
-        j["object"] = ctx_.api == Api::chat ? "chat.completion.chunk" : "text_completion";
-        j["created"] = ctx_.created;
-        j["model"] = ctx_.model;
+        Json j = response_head(ctx_, true);
         j["choices"] = Json::array();
         j["usage"] = usage_json(state_.usage(), ctx_.prompt_tokens_details);
         out += sse_data(j);
@@ -240,11 +241,7 @@ Json ResponseAccumulator::build() const {
         j["finish_reason"] = c.finish ? Json(c.finish) : Json();
         choices.push_back(std::move(j));
     }
-    Json j;
-    j["id"] = ctx_.id;
-    j["object"] = ctx_.api == Api::chat ? "chat.completion" : "text_completion";
-    j["created"] = ctx_.created;
-    j["model"] = ctx_.model;
+    Json j = response_head(ctx_, false);
     j["choices"] = std::move(choices);
     j["usage"] = usage_json(state_.usage(), ctx_.prompt_tokens_details);
     return j;

@@ -55,6 +55,9 @@ inline constexpr const char* sse_done = "data: [DONE]\n\n";
 // The OpenAI value for a finish that completed normally ("stop" / "length").
 const char* openai_finish_reason(FinishReason r);
 
+// {"id", "object", "created", "model"}: the head of a response or (chunk) of a stream chunk.
+Json response_head(const ResponseContext& ctx, bool chunk);
+
 // Usage JSON: prompt_tokens, completion_tokens, total_tokens [, prompt_tokens_details].
 Json usage_json(const Usage& u, bool prompt_tokens_details);
 

@@ -2,6 +2,7 @@
 #include "serving/http/server.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -97,8 +99,11 @@ struct Server::Impl {
         res.status = e.status();
         res.set_content(e.body(), json_type);
         if (e.status() == 429 || e.status() == 503) res.set_header("Retry-After", std::to_string(opt.retry_after_s));
-        if (e.status() >= 500) log::error("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
-        else log::info("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
+        // Internal failures are errors; refusals (4xx, 503 not ready / draining) are routine.
+        if (e.status() >= 500 && e.status() != 503)
+            log::error("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
+        else
+            log::info("http: {} {} -> {}: {}", req.method, req.path, e.status(), e.what());
     }
 
     // Runs a handler with every exception turned into an OpenAI error.
@@ -111,7 +116,8 @@ struct Server::Impl {
         } catch (const InvalidRequest& e) {
             send_error(res, ApiError(400, e.what(), e.param()), req);
         } catch (const Overloaded& e) {
-            send_error(res, ApiError(429, fmt::format("the server is overloaded: {}", e.what()), {}, "queue_full"), req);
+            send_error(res, ApiError(429, fmt::format("the server is overloaded: {}", e.what()), {}, "queue_full"),
+                       req);
         } catch (const Unavailable& e) {
             send_error(res, ApiError(503, e.what(), {}, "unavailable"), req);
         } catch (const InvalidArgument& e) {
@@ -123,16 +129,6 @@ struct Server::Impl {
         } catch (...) {
             send_error(res, ApiError(500, "internal error"), req);
         }
-    }
-
-    RequestLimits limits() const {
-        RequestLimits l;
-        l.max_n = opt.max_n;
-        l.max_logprobs = opt.max_logprobs;
-        l.max_prompts = opt.max_prompts;
-        l.max_prompt_tokens = opt.max_prompt_tokens;
-        l.prompt_tokens_details = opt.prompt_tokens_details;
-        return l;
     }
 
     Engine& ready_engine() {
@@ -157,13 +153,12 @@ struct Server::Impl {
 
     // ---- generation ----
 
-    void generate(Api api, const httplib::Request& req, httplib::Response& res) {
+    void generate(Api api, const httplib::Request& req, const std::string& body, httplib::Response& res) {
         const auto arrival = Clock::now();
         const std::string rid = request_id_of(req);
         res.set_header("X-Request-Id", rid);
 
-        PreparedGeneration g =
-            prepare_generation(api, parse_json_object(req.body), model, limits(), rid, arrival);
+        PreparedGeneration g = prepare_generation(api, parse_json_object(body), model, opt.limits, rid, arrival);
         const ApiRequest& ar = g.request;
         const ResponseContext& ctx = g.response;
 
@@ -229,8 +224,8 @@ struct Server::Impl {
                         log::error("http: POST {}: request {}: {}", st->path, st->rid, failure->what());
                         write(StreamEncoder::error(*failure));
                     } else if (status == GenerationJob::Status::cancelled) {
-                        write(StreamEncoder::error(
-                            ApiError(503, "the server is shutting down; the request was cancelled", {}, "shutting_down")));
+                        write(StreamEncoder::error(ApiError(
+                            503, "the server is shutting down; the request was cancelled", {}, "shutting_down")));
                     } else if (status == GenerationJob::Status::client_gone) {
                         log::info("http: POST {}: the client disconnected; request {} cancelled", st->path, st->rid);
                         return false;
@@ -266,20 +261,24 @@ struct Server::Impl {
             res.set_header("Connection", "close");  // the body was not read
             return httplib::Server::HandlerResponse::Handled;
         });
-        http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                            httplib::Response& res) {
-            if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-            std::string msg;
-            switch (res.status) {
-                case 404: msg = fmt::format("Invalid URL ({} {})", req.method, req.path); break;
-                case 413: msg = fmt::format("the request body is larger than {} bytes", opt.max_body_bytes); break;
-                case 414: msg = "the request URI is too long"; break;
-                case 400: msg = "malformed HTTP request"; break;
-                default: msg = fmt::format("HTTP error {}", res.status); break;
-            }
-            res.set_content(ApiError(res.status, msg).body(), json_type);
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+        http.set_error_handler(
+            httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+                if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+                std::string msg;
+                switch (res.status) {
+                    case 404: msg = fmt::format("Invalid URL ({} {})", req.method, req.path); break;
+                    case 413: msg = fmt::format("the request body is larger than {} bytes", opt.max_body_bytes); break;
+                    case 414: msg = "the request URI is too long"; break;
+                    case 400: msg = "malformed HTTP request"; break;
+                    default: msg = fmt::format("HTTP error {}", res.status); break;
+                }
+                res.set_content(ApiError(res.status, msg).body(), json_type);
+                return httplib::Server::HandlerResponse::Handled;
+            }));
+        // One access line per answered request (info level: KILN_LOG_LEVEL=info shows them).
+        http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+            log::info("http: {}:{} \"{} {}\" {}", req.remote_addr, req.remote_port, req.method, req.path, res.status);
+        });
         http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
             std::string what = "internal error";
             try {
@@ -291,11 +290,10 @@ struct Server::Impl {
             send_error(res, ApiError(500, what), req);
         });
 
-        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            guarded(req, res, [&] { generate(Api::chat, req, res); });
-        });
-        http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            guarded(req, res, [&] { generate(Api::completions, req, res); });
+        post("/v1/chat/completions", [this](const httplib::Request& req, const std::string& body,
+                                            httplib::Response& res) { generate(Api::chat, req, body, res); });
+        post("/v1/completions", [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+            generate(Api::completions, req, body, res);
         });
         http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
             guarded(req, res, [&] {
@@ -327,13 +325,44 @@ struct Server::Impl {
                 res.set_content(metrics.render(model.name(), stats), "text/plain; version=0.0.4; charset=utf-8");
             });
         });
-        http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-            guarded(req, res,
-                    [&] { res.set_content(dump_json(tokenize(model, parse_json_object(req.body))), json_type); });
+        post("/tokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+            res.set_content(dump_json(tokenize(model, parse_json_object(body))), json_type);
         });
-        http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-            guarded(req, res,
-                    [&] { res.set_content(dump_json(detokenize(model, parse_json_object(req.body))), json_type); });
+        post("/detokenize", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+            res.set_content(dump_json(detokenize(model, parse_json_object(body))), json_type);
+        });
+    }
+
+    // A POST route whose body is read here, within max_body_bytes: cpp-httplib 0.11 checks a
+    // Content-Length against its limit but reads chunked bodies without one.
+    template <typename F>
+    void post(const char* pattern, F handler) {
+        http.Post(pattern, [this, handler](const httplib::Request& req, httplib::Response& res,
+                                           const httplib::ContentReader& reader) {
+            std::string body;
+            bool too_big = false;
+            if (req.has_header("Content-Length")) {
+                const std::string cl = req.get_header_value("Content-Length");
+                too_big = std::strtoull(cl.c_str(), nullptr, 10) > opt.max_body_bytes;
+            }
+            const bool complete = !too_big && reader([&](const char* data, size_t n) {
+                if (body.size() + n > opt.max_body_bytes) {
+                    too_big = true;
+                    return false;
+                }
+                body.append(data, n);
+                return true;
+            });
+            if (too_big || !complete) {
+                res.set_header("Connection", "close");  // the rest of the body is not read
+                send_error(
+                    res,
+                    too_big ? ApiError(413, fmt::format("the request body is larger than {} bytes", opt.max_body_bytes))
+                            : ApiError(400, "the request body could not be read"),
+                    req);
+                return;
+            }
+            guarded(req, res, [&] { handler(req, body, res); });
         });
     }
 
@@ -393,13 +422,19 @@ void Server::start() {
     s.http.set_payload_max_length(s.opt.max_body_bytes);
     s.http.set_keep_alive_max_count(100000);
     s.http.set_tcp_nodelay(true);
-    s.bound_port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host) : (s.http.bind_to_port(s.opt.host, s.opt.port)
-                                                                                 ? s.opt.port
-                                                                                 : -1);
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second server bind
+    // the same port and silently take half of the connections.
+    s.http.set_socket_options([](int sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    s.bound_port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host)
+                                   : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
     if (s.bound_port < 0)
-        throw IoError(fmt::format("cannot listen on {}:{} (address in use, not permitted, or not an address of "
-                                  "this machine)",
-                                  s.opt.host, s.opt.port));
+        throw IoError(
+            fmt::format("cannot listen on {}:{} (address in use, not permitted, or not an address of "
+                        "this machine)",
+                        s.opt.host, s.opt.port));
     s.started = true;
     s.listener = std::thread([&s] {
         s.http.listen_after_bind();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "serving/engine/request.hpp"
+#include "serving/http/generation_request.hpp"
 #include "serving/http/served_model.hpp"
 
 namespace kiln::serving::http {
@@ -34,14 +35,10 @@ struct ServerOptions {
     std::string api_key;                    // --api-key (KILN_API_KEY); empty: /v1 is open
     std::vector<std::string> served_model_names;  // --served-model-name; empty: the engine's name
     size_t max_body_bytes = 16u << 20;      // --max-request-bytes; larger bodies get 413
-    size_t max_prompt_tokens = 0;           // --max-prompt-tokens; 0: only the context length limits
-    uint32_t max_logprobs = 20;             // --max-logprobs
-    uint32_t max_n = 128;                   // --max-n: sequences per request
-    size_t max_prompts = 256;               // completions prompts per request
+    RequestLimits limits;                   // --max-prompt-tokens, --max-logprobs, --max-n, ...
     size_t threads = 512;                   // --http-threads: connections served at once
     double shutdown_timeout_s = 300;        // --shutdown-timeout: drain limit before cancelling
     int retry_after_s = 1;                  // Retry-After on 429 / 503
-    bool prompt_tokens_details = false;     // --enable-prompt-tokens-details: usage.prompt_tokens_details
 };
 
 class Server {

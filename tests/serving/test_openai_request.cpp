@@ -50,10 +50,10 @@ void check_accepted(Api api, const std::string& body) {
 }  // namespace
 
 TEST_CASE("the request body parser refuses what is not one JSON object") {
-    for (const std::string& bad : {std::string(""), std::string("not json"), std::string("{\"a\": 1"),
-                                  std::string("[1, 2]"), std::string("\"text\""), std::string("{} trailing"),
-                                  std::string("{\"a\": \"\xff\xfe\"}"), std::string("{\"a\": \"\xc3\"}"),
-                                  std::string("{\"a\": NaN}"), std::string("{'a': 1}")}) {
+    for (const std::string& bad :
+         {std::string(""), std::string("not json"), std::string("{\"a\": 1"), std::string("[1, 2]"),
+          std::string("\"text\""), std::string("{} trailing"), std::string("{\"a\": \"\xff\xfe\"}"),
+          std::string("{\"a\": \"\xc3\"}"), std::string("{\"a\": NaN}"), std::string("{'a': 1}")}) {
         CAPTURE(bad);
         try {
             parse_json_object(bad);
@@ -63,7 +63,9 @@ TEST_CASE("the request body parser refuses what is not one JSON object") {
         }
     }
     // Nesting: 64 levels parse, 65 do not (the parser never recurses into an unbounded depth).
-    auto nested = [](int depth) { return "{\"a\": " + std::string(size_t(depth - 1), '[') + std::string(size_t(depth - 1), ']') + "}"; };
+    auto nested = [](int depth) {
+        return "{\"a\": " + std::string(size_t(depth - 1), '[') + std::string(size_t(depth - 1), ']') + "}";
+    };
     CHECK_NOTHROW(parse_json_object(nested(64)));
     CHECK_THROWS_AS(parse_json_object(nested(65)), ApiError);
     CHECK_THROWS_AS(parse_json_object(std::string(1 << 20, '[')), ApiError);
@@ -91,7 +93,7 @@ TEST_CASE("chat: sampling fields, valid and invalid") {
     check_refused(c, chat(R"("temperature": "hot")"), "temperature");
     check_refused(c, chat(R"("temperature": 2.5)"), "temperature");
     check_refused(c, chat(R"("temperature": -0.5)"), "temperature");
-    check_refused(c, chat(R"("temperature": 1e300)"), "temperature");  // beyond float: not finite
+    check_refused(c, chat(R"("temperature": 1e300)"), "temperature");           // beyond float: not finite
     CHECK(refusal(c, chat(R"("temperature": 1e400)"), model()).status == 400);  // beyond double: bad JSON
     check_refused(c, chat(R"("top_p": 0)"), "top_p");
     check_refused(c, chat(R"("top_p": true)"), "top_p");
@@ -155,7 +157,8 @@ TEST_CASE("chat: logprobs, stream, structured output and extensions") {
     check_refused(c, chat(R"("top_logprobs": 3)"), "top_logprobs");
     check_refused(c, chat(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
     check_refused(c, chat(R"("logprobs": true, "top_logprobs": -1)"), "top_logprobs");
-    check_accepted(c, chat(R"("stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true})"));
+    check_accepted(
+        c, chat(R"("stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true})"));
     check_accepted(c, chat(R"("stream": false, "stream_options": {})"));
     check_refused(c, chat(R"("stream": "yes")"), "stream");
     check_refused(c, chat(R"("stream_options": {"include_usage": true})"), "stream_options");
@@ -164,7 +167,8 @@ TEST_CASE("chat: logprobs, stream, structured output and extensions") {
                   "stream_options.include_usage");
     check_accepted(c, chat(R"("response_format": {"type": "text"})"));
     check_accepted(c, chat(R"("response_format": {"type": "json_object"})"));
-    check_accepted(c, chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"));
+    check_accepted(c,
+                   chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})"));
     check_refused(c, chat(R"("response_format": {"type": "json_schema"})"), "response_format");
     check_refused(c, chat(R"("response_format": {"type": "structural_tag"})"), "response_format");
     check_refused(c, chat(R"("response_format": {"type": "xml"})"), "response_format");
@@ -239,7 +243,8 @@ TEST_CASE("chat: messages, valid and invalid") {
 
 TEST_CASE("chat prompts are the renderer's segments, encoded segment by segment") {
     const auto& tok = k3_tokenizer();
-    const ojson msgs = ojson::parse(R"([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi <|open|>"}])");
+    const ojson msgs =
+        ojson::parse(R"([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi <|open|>"}])");
     SUBCASE("K3, thinking by default") {
         const auto g = prepare(Api::chat, R"({"messages": [{"role": "developer", "content": "be brief"},
                                                           {"role": "user", "content": "hi <|open|>"}]})",
@@ -272,7 +277,8 @@ TEST_CASE("chat prompts are the renderer's segments, encoded segment by segment"
         CHECK(k2.chat_template == ChatTemplate::k2);
         const auto g = prepare(Api::chat, R"({"messages": )" + msgs.dump() + "}", k2);
         CHECK(g.engine_requests.at(0).prompt == k2_tokenizer().encode_segments(kiln::model::render_k2_chat(msgs)));
-        const Refusal r = refusal(Api::chat, R"({"messages": )" + msgs.dump() + R"(, "response_format": {"type": "json_object"}})", k2);
+        const Refusal r = refusal(
+            Api::chat, R"({"messages": )" + msgs.dump() + R"(, "response_format": {"type": "json_object"}})", k2);
         CHECK(r.status == 400);
         CHECK(r.param == "response_format");
     }
@@ -315,8 +321,8 @@ TEST_CASE("completions: prompts, logprobs and refused fields") {
 
 TEST_CASE("completion prompts: text with special tokens recognised, ids as given, batches") {
     const auto& tok = k3_tokenizer();
-    const auto g = prepare(Api::completions, completion(R"("n": 2, "logprobs": 2)", R"(["a<|end_of_msg|>b", [5, 6, 7]])"),
-                           model());
+    const auto g = prepare(Api::completions,
+                           completion(R"("n": 2, "logprobs": 2)", R"(["a<|end_of_msg|>b", [5, 6, 7]])"), model());
     REQUIRE(g.engine_requests.size() == 2);
     CHECK(g.engine_requests[0].prompt == tok.encode("a<|end_of_msg|>b", kiln::model::SpecialTokens::control));
     CHECK(g.engine_requests[1].prompt == std::vector<TokenId>{5, 6, 7});
@@ -332,8 +338,7 @@ TEST_CASE("completion prompts: text with special tokens recognised, ids as given
 }
 
 TEST_CASE("sampling fields reach the engine request as given") {
-    const auto g = prepare(Api::chat,
-                           chat(R"("temperature": 0.5, "top_p": 0.75, "top_k": -1, "min_p": 0.125,
+    const auto g = prepare(Api::chat, chat(R"("temperature": 0.5, "top_p": 0.75, "top_k": -1, "min_p": 0.125,
                                    "presence_penalty": 0.5, "frequency_penalty": -0.25, "repetition_penalty": 1.5,
                                    "seed": -12345, "stop": "END", "stop_token_ids": [9, 9, 10], "ignore_eos": true,
                                    "min_tokens": 3, "max_completion_tokens": 7, "max_tokens": 99,
@@ -382,9 +387,11 @@ TEST_CASE("max_tokens is fitted to the context; prompts that leave no room are r
 
     CHECK(prepare(Api::completions, completion(""), small).engine_requests[0].sampling.max_tokens ==
           std::min<uint32_t>(16, room));
-    CHECK(prepare(Api::completions, completion(R"("max_tokens": 1000)"), small).engine_requests[0].sampling.max_tokens ==
-          room);
-    CHECK(prepare(Api::completions, completion(R"("max_tokens": 2)"), small).engine_requests[0].sampling.max_tokens == 2);
+    CHECK(
+        prepare(Api::completions, completion(R"("max_tokens": 1000)"), small).engine_requests[0].sampling.max_tokens ==
+        room);
+    CHECK(prepare(Api::completions, completion(R"("max_tokens": 2)"), small).engine_requests[0].sampling.max_tokens ==
+          2);
     // Chat defaults to the rest of the context.
     const size_t chat_len = prepare(Api::chat, chat(""), model()).engine_requests[0].prompt.size();
     const ServedModel fits_chat = k3_model(uint32_t(chat_len + 10));
