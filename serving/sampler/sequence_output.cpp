@@ -92,8 +92,12 @@ OutputDelta SequenceOutput::push(TokenId token, bool context_full) {
         return d;
     }
     const size_t keep = held_suffix();
-    d.text = tail_.substr(0, tail_.size() - keep);
-    tail_.erase(0, tail_.size() - keep);
+    if (keep == 0) {
+        d.text.swap(tail_);
+    } else {
+        d.text = tail_.substr(0, tail_.size() - keep);
+        tail_.erase(0, tail_.size() - keep);
+    }
     return d;
 }
 

@@ -76,6 +76,7 @@ void HybridMemory::take_moves(std::vector<model::forward::Move>& out) {
         out.push_back({m.src, m.dst, m.bytes});
         ++moves_;
         moved_bytes_ += m.bytes;
+        if (m.kind == BlockKind::kv) layout_ = moves_;
     }
 }
 

@@ -45,6 +45,10 @@ public:
     int32_t page_index(PageId page) const;
     // The unified pool's pending moves, as arena byte moves, acknowledged (nothing on split pools).
     void take_moves(std::vector<model::forward::Move>& out);
+    // Changes whenever a KV page that held contents got a new batch index (a compaction move), so a page
+    // table translated before is stale.
+    uint64_t layout() const { return layout_; }
+    bool moves_pending() const { return arena_ && arena_->has_pending_moves(); }
 
     // Whether `slots` slots and `pages` pages could be had together, counting what evicting the
     // unlocked part of the prefix cache would free (ids, and bytes on the unified pool).
@@ -72,6 +76,7 @@ private:
     uint64_t kv_slots_ = 0;  // unified: KV places in the arena
     uint64_t moves_ = 0;
     uint64_t moved_bytes_ = 0;
+    uint64_t layout_ = 0;
 };
 
 }  // namespace kiln::serving::scheduler

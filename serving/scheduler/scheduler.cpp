@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <span>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -30,8 +29,6 @@ struct Scheduler::Pending {
     };
     std::vector<Entry> entries;
     std::vector<std::pair<SlotId, SlotId>> copies;  // checkpoint slot -> working slot
-    std::unordered_map<SeqId, int32_t> fed;         // sequences sampling in the step in flight: their index there
-    std::unordered_set<SeqId> planned;
     size_t budget = 0;
     size_t prefill_tokens = 0;
     size_t decode_tokens = 0;
@@ -93,6 +90,7 @@ void Scheduler::release(Sequence& s) {
     if (!s.running) return;
     memory_.kv().release(s.pages);
     s.pages.clear();
+    s.table.clear();
     if (s.working != memory::no_slot) memory_.state().free(s.working);
     s.working = memory::no_slot;
     memory_.state().free(s.snapshots);
@@ -175,7 +173,7 @@ void Scheduler::add_step(Pending& p, Sequence& s, size_t count, int32_t feed, bo
     p.budget -= count;
     if (count == 1 && e.sample) ++p.decode_tokens;
     else p.prefill_tokens += count;
-    p.planned.insert(s.id);
+    s.planned = plan_number_;
     p.entries.push_back(e);
 }
 
@@ -264,9 +262,16 @@ void Scheduler::admit(Pending& p) {
 StepPlan Scheduler::plan(const StepPlan* in_flight) {
     Pending p;
     p.budget = opt_.max_batch_tokens;
+    ++plan_number_;
     if (in_flight)
-        for (size_t i = 0; i < in_flight->steps.size(); ++i)
-            if (in_flight->steps[i].sample) p.fed[in_flight->steps[i].seq] = static_cast<int32_t>(i);
+        for (size_t i = 0; i < in_flight->steps.size(); ++i) {
+            const PlannedStep& st = in_flight->steps[i];
+            auto it = seqs_.find(st.seq);
+            if (st.sample && it != seqs_.end()) {
+                it->second->fed_from = static_cast<int32_t>(i);
+                it->second->fed_in = plan_number_;
+            }
+        }
 
     std::vector<SeqId> order;
     order.reserve(running_.size());
@@ -283,11 +288,10 @@ StepPlan Scheduler::plan(const StepPlan* in_flight) {
         if (r > 1) continue;
         int32_t feed = -1;
         if (r == 0) {
-            auto f = p.fed.find(id);
-            if (!s.wants_sample() || f == p.fed.end()) continue;
-            feed = f->second;
+            if (!s.wants_sample() || s.fed_in != plan_number_) continue;
+            feed = s.fed_from;
         }
-        if (p.planned.count(id)) violation(fmt::format("sequence {} was preempted after it was planned", id));
+        if (s.planned == plan_number_) violation(fmt::format("sequence {} was preempted after it was planned", id));
         if (!reserve_pages(s, s.computed + 1, true)) continue;
         add_step(p, s, 1, feed, false);
     }
@@ -295,7 +299,7 @@ StepPlan Scheduler::plan(const StepPlan* in_flight) {
     for (SeqId id : order) {
         if (p.budget == 0 || p.entries.size() >= max_seqs) break;
         auto it = seqs_.find(id);
-        if (it == seqs_.end() || !it->second->running || p.planned.count(id)) continue;
+        if (it == seqs_.end() || !it->second->running || it->second->planned == plan_number_) continue;
         if (it->second->remaining() > 1) schedule_chunk(p, *it->second, false);
     }
     admit(p);
@@ -312,7 +316,7 @@ void Scheduler::finalize(Pending& p, StepPlan& plan) {
     plan.batch.seqs.reserve(p.entries.size());
     plan.steps.reserve(p.entries.size());
     for (const Pending::Entry& e : p.entries) {
-        const Sequence& s = seq(e.seq);
+        Sequence& s = seq(e.seq);
         model::forward::SequenceStep st;
         if (e.feed >= 0) st.tokens.assign(1, -1);
         else
@@ -321,9 +325,14 @@ void Scheduler::finalize(Pending& p, StepPlan& plan) {
         st.start = static_cast<int32_t>(e.start);
         st.slot = memory_.slot_index(s.working);
         st.fresh_state = e.fresh;
+        // The page table, translated once per page while the layout holds.
         const size_t n_pages = memory_.kv().pages_for(e.start + e.count);
-        st.pages.resize(n_pages);
-        for (size_t i = 0; i < n_pages; ++i) st.pages[i] = memory_.page_index(s.pages[i]);
+        if (s.layout != memory_.layout()) {
+            s.table.clear();
+            s.layout = memory_.layout();
+        }
+        for (size_t i = s.table.size(); i < n_pages; ++i) s.table.push_back(memory_.page_index(s.pages[i]));
+        st.pages.assign(s.table.begin(), s.table.begin() + static_cast<std::ptrdiff_t>(n_pages));
         if (e.snapshot.pos != 0)
             st.snapshots.push_back({static_cast<int32_t>(e.snapshot.pos), memory_.slot_index(e.snapshot.slot)});
         st.sample = e.sample;
@@ -355,6 +364,7 @@ void Scheduler::donate(Sequence& s, const memory::Checkpoint& c) {
     const std::span<PageId> pages(s.pages.data(), c.pos / memory_.kv().page_size());
     const memory::Checkpoint given[1] = {c};
     const memory::InsertResult r = memory_.tree().insert(tokens, pages, given, memory::PageRefs::keep);
+    if (r.duplicate_pages != 0) s.table.clear();  // some of its pages are the tree's now
     memory_.tree().lock(r.tail);
     memory_.tree().unlock(s.lock);
     s.lock = r.tail;
@@ -414,6 +424,11 @@ void Scheduler::check_invariants() const {
         if (s.computed > s.tokens.size() + s.in_flight || s.in_flight > 1)
             violation(fmt::format("sequence {}: {} computed, {} tokens, {} in flight", id, s.computed, s.tokens.size(),
                                   s.in_flight));
+        if (s.table.size() > s.pages.size()) violation(fmt::format("sequence {}: a page table past its pages", id));
+        if (s.layout == memory_.layout() && !memory_.moves_pending())  // else the next step's moves renew it
+            for (size_t i = 0; i < s.table.size(); ++i)
+                if (s.table[i] != memory_.page_index(s.pages[i]))
+                    violation(fmt::format("sequence {}: page table entry {} is stale", id, i));
         holds.pages.insert(holds.pages.end(), s.pages.begin(), s.pages.end());
         holds.slots.push_back(s.working);
         holds.slots.insert(holds.slots.end(), s.snapshots.begin(), s.snapshots.end());

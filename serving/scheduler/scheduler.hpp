@@ -132,8 +132,8 @@ private:
     std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
     std::set<Key> running_;
     std::set<Key> waiting_;
-    size_t owned_slots_ = 0;  // by running sequences
     SeqId next_id_ = 1;
+    uint64_t plan_number_ = 0;
     SchedulerCounters counters_;
 };
 

@@ -46,6 +46,12 @@ struct Sequence {
     SlotId working = memory::no_slot;
     std::vector<SlotId> snapshots;   // owned snapshot slots, written by steps not yet committed
     std::vector<PageId> pages;       // one reference each
+    std::vector<int32_t> table;      // batch indices of pages[0, table.size()), valid in memory layout `layout`
+    uint64_t layout = 0;
+
+    uint64_t planned = 0;            // the scheduler's plan that last gave it a step
+    uint64_t fed_in = 0;             // the plan in which fed_from holds: its index in the step in flight
+    int32_t fed_from = -1;
     NodeRef lock;                    // the committed prefix (with a prefix cache)
     bool locked = false;
 
