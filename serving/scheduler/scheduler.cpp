@@ -310,6 +310,8 @@ StepPlan Scheduler::plan(const StepPlan* in_flight) {
 }
 
 void Scheduler::finalize(Pending& p, StepPlan& plan) {
+    // An empty step is not launched: its moves wait for the next one.
+    if (p.entries.empty()) return;
     // After every allocation and free of this step: the moves, then the batch indices.
     memory_.take_moves(plan.batch.moves);
     for (const auto& [src, dst] : p.copies) plan.batch.copies.push_back({memory_.slot_index(src), memory_.slot_index(dst)});
@@ -349,11 +351,9 @@ void Scheduler::finalize(Pending& p, StepPlan& plan) {
     plan.prefill_tokens = p.prefill_tokens;
     plan.decode_tokens = p.decode_tokens;
     plan.admitted = p.admitted;
-    if (!plan.empty()) {
-        ++counters_.steps;
-        counters_.prefill_tokens += p.prefill_tokens;
-        counters_.decode_tokens += p.decode_tokens;
-    }
+    ++counters_.steps;
+    counters_.prefill_tokens += p.prefill_tokens;
+    counters_.decode_tokens += p.decode_tokens;
 }
 
 void Scheduler::donate(Sequence& s, const memory::Checkpoint& c) {

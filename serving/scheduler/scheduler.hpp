@@ -83,6 +83,7 @@ public:
     // Frees everything the sequence holds at once and forgets it (finished, cancelled or failed).
     void remove(SeqId seq);
 
+    // An empty plan must not be launched (its moves stay pending); a non-empty one must be.
     StepPlan plan(const StepPlan* in_flight);
     // Applies the waited step: donates its snapshots, appends its sampled tokens (not a non-finite
     // one) and returns, in batch order, every sampled entry whose sequence still exists.

@@ -375,3 +375,25 @@ TEST_CASE("engine: stats and per-request timing") {
     CHECK(c.steps == rig.ex.counts().steps);
     rig.check_empty();
 }
+
+TEST_CASE("engine: compaction moves made while nothing runs reach the next step") {
+    for (bool overlap : {true, false}) {
+        CAPTURE(overlap);
+        Rig rig(executor_config(16), roomy(overlap, true));
+        std::mt19937_64 rng(8);
+        const auto a = random_tokens(rng, 83);
+        RequestHandle h = 0;
+        rig.submit(make_request(a, greedy_len(40)), &h);
+        for (int k = 0; k < 3; ++k) rig.step();
+        rig.core.cancel(h);  // frees its working slot under its donated checkpoint: a pending move
+        CHECK(rig.core.scheduler().memory().moves_pending());
+        rig.run();           // steps with nothing to launch
+        auto prefix = a;
+        prefix.resize(70);
+        const auto rec = run_one(rig, prefix, greedy_len(3));  // restores the moved checkpoint
+        CHECK(rec->seqs[0].cached == 64);
+        CHECK(rec->seqs[0].tokens == reference_tokens(rig.ex, prefix, 0, 3));
+        CHECK(rig.core.counters().moves > 0);
+        rig.check_empty();
+    }
+}
