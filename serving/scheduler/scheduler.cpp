@@ -177,7 +177,18 @@ void Scheduler::add_step(Pending& p, Sequence& s, size_t count, int32_t feed, bo
     p.entries.push_back(e);
 }
 
-bool Scheduler::schedule_chunk(Pending& p, Sequence& s, bool fresh) {
+// Preempts the newest running sequence that is newer than `s` and has no step in this plan.
+bool Scheduler::preempt_newer(const Sequence& s) {
+    for (auto it = running_.rbegin(); it != running_.rend() && *it > key(s); ++it) {
+        Sequence& v = seq(it->second);
+        if (v.planned == plan_number_) continue;
+        preempt(v);
+        return true;
+    }
+    return false;
+}
+
+bool Scheduler::schedule_chunk(Pending& p, Sequence& s, bool fresh, bool may_preempt) {
     const size_t c = s.computed, known = s.tokens.size(), g = opt_.grid;
     if (known <= c || p.budget == 0) return false;
     // The chunk's end: on the grid unless it is the prompt's last, and never past a branch point.
@@ -190,12 +201,16 @@ bool Scheduler::schedule_chunk(Pending& p, Sequence& s, bool fresh) {
     size_t n = std::min(known - c, p.budget);
     if (opt_.options.prefill_chunk != 0) n = std::min<size_t>(n, opt_.options.prefill_chunk);
     n = shape(n);
-    if (!reserve_pages(s, c + n, false)) {
-        // As much as the pages left allow.
+    while (!reserve_pages(s, c + n, false)) {
+        // As much as the pages left allow; with none left, newer sequences give theirs back (else
+        // prefills that hold every page between them would wait for each other forever).
         const size_t max_end = (s.pages.size() + memory_.kv().available()) * memory_.kv().page_size();
-        if (max_end <= c) return false;
-        n = shape(std::min(n, max_end - c));
-        if (!reserve_pages(s, c + n, false)) return false;
+        if (max_end > c) {
+            n = shape(std::min(n, max_end - c));
+            if (reserve_pages(s, c + n, false)) break;
+            return false;
+        }
+        if (!may_preempt || !preempt_newer(s)) return false;
     }
     add_step(p, s, n, -1, fresh);
     return true;
@@ -239,7 +254,7 @@ void Scheduler::admit(Pending& p) {
             s.prefill_end = s.tokens.size();
             s.branch_len = m.branch_len > restore ? m.branch_len : 0;
         }
-        if (!got || !schedule_chunk(p, s, restore == 0)) {
+        if (!got || !schedule_chunk(p, s, restore == 0, false)) {
             release(s);
             running_.erase(key(s));
             s.running = false;
@@ -300,7 +315,7 @@ StepPlan Scheduler::plan(const StepPlan* in_flight) {
         if (p.budget == 0 || p.entries.size() >= max_seqs) break;
         auto it = seqs_.find(id);
         if (it == seqs_.end() || !it->second->running || it->second->planned == plan_number_) continue;
-        if (it->second->remaining() > 1) schedule_chunk(p, *it->second, false);
+        if (it->second->remaining() > 1) schedule_chunk(p, *it->second, false, true);
     }
     admit(p);
 

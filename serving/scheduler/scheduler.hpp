@@ -13,7 +13,8 @@
 //
 // Per step, in order: one-token steps of running sequences (decodes), oldest first, each preempting
 // newer sequences when no KV page can be had; then prefill chunks of running sequences, oldest first,
-// within the token budget; then admission from the waiting queue in priority order (stopping at the
+// within the token budget and the pages left (preempting newer sequences not in the step only when
+// not one page is left); then admission from the waiting queue in priority order (stopping at the
 // first that does not fit). A prefill chunk that is not a prompt's last ends on the checkpoint grid
 // lcm(64, page_size) when the budget allows, and at a branch point when it passes one.
 //
@@ -120,7 +121,8 @@ private:
     bool reserve_pages(Sequence& s, size_t end, bool may_preempt);
     size_t snapshot_at(const Sequence& s, size_t start, size_t end) const;
     void add_step(Pending& p, Sequence& s, size_t count, int32_t feed, bool fresh);
-    bool schedule_chunk(Pending& p, Sequence& s, bool fresh);
+    bool preempt_newer(const Sequence& s);
+    bool schedule_chunk(Pending& p, Sequence& s, bool fresh, bool may_preempt);
     void admit(Pending& p);
     void donate(Sequence& s, const memory::Checkpoint& c);
     void finalize(Pending& p, StepPlan& plan);
