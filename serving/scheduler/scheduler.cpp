@@ -229,10 +229,16 @@ void Scheduler::admit(Pending& p) {
         memory::PrefixMatch m;
         if (cache_) m = memory_.tree().match_prefix(s.tokens, false);
         const size_t restore = m.state_len;
-        size_t owned = 0;
-        for (const Key& k : running_) owned += seq(k.second).owned_slots();
+        // What the running sequences may still claim: slots up to their three, the rest of their prompts.
+        size_t owned = 0, prompts = 0;
+        for (const Key& k : running_) {
+            const Sequence& r = seq(k.second);
+            owned += r.owned_slots();
+            const size_t want = memory_.kv().pages_for(r.prefill_end);
+            if (want > r.pages.size()) prompts += want - r.pages.size();
+        }
         const size_t slots = slots_per_seq_ * (running_.size() + 1) - std::min(owned, slots_per_seq_ * running_.size());
-        const size_t pages = memory_.kv().pages_for(s.tokens.size()) - restore / ps + running_.size() + 1;
+        const size_t pages = memory_.kv().pages_for(s.tokens.size()) - restore / ps + prompts + running_.size() + 1;
         if (!memory_.can_fit(slots, pages)) break;
 
         if (cache_) {

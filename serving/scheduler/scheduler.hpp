@@ -29,7 +29,8 @@
 //
 // Admission needs, counting what evicting unlocked cache entries would free: three slots for the new
 // sequence and for every running one up to three owned (working + ping-pong; one without a prefix
-// cache), and KV pages for the rest of its prompt plus one page per running sequence. Preemption
+// cache), and KV pages for the rest of its prompt, the rest of the running sequences' prompts and one
+// page per running sequence. Preemption
 // frees everything a sequence holds and queues it again with all its tokens (prompt and generated);
 // it is recomputed (through the prefix cache when on) and never lost.
 #pragma once
