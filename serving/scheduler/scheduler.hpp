@@ -30,9 +30,9 @@
 // Admission needs, counting what evicting unlocked cache entries would free: three slots for the new
 // sequence and for every running one up to three owned (working + ping-pong; one without a prefix
 // cache), and KV pages for the rest of its prompt, the rest of the running sequences' prompts and one
-// page per running sequence. Preemption
-// frees everything a sequence holds and queues it again with all its tokens (prompt and generated);
-// it is recomputed (through the prefix cache when on) and never lost.
+// page per running sequence. Preemption frees everything a sequence holds and queues it again with
+// all its tokens (prompt and generated); it is recomputed (through the prefix cache when on) and never
+// lost. An empty plan must not be launched (its moves stay pending); a non-empty one must be.
 #pragma once
 
 #include <cstddef>
@@ -85,7 +85,6 @@ public:
     // Frees everything the sequence holds at once and forgets it (finished, cancelled or failed).
     void remove(SeqId seq);
 
-    // An empty plan must not be launched (its moves stay pending); a non-empty one must be.
     StepPlan plan(const StepPlan* in_flight);
     // Applies the waited step: donates its snapshots, appends its sampled tokens (not a non-finite
     // one) and returns, in batch order, every sampled entry whose sequence still exists.
