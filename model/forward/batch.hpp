@@ -52,6 +52,11 @@ struct SequenceStep {
     Sampling sampling;
     std::vector<int32_t> prompt;      // for the repetition penalty (only when it is on)
     std::vector<int32_t> output;      // tokens generated so far (penalties; the seeded RNG's step)
+    // Overlap scheduling: the host plans this step before it has the previous step's results. When
+    // >= 0, the first new token is the one sequence `feed_from` of the previous launched step sampled
+    // (tokens[0] holds -1 and is replaced on the device), and `output`, when given, lacks that token
+    // (the device appends it).
+    int32_t feed_from = -1;
 };
 
 struct ForwardBatch {
