@@ -10,12 +10,9 @@
 namespace kiln::jit {
 
 KernelDescriptor MoeW4A16CombineFamily::canonicalize(const KernelDescriptor& in) const {
-    if (!in.mode.empty() && in.mode.view() != "indexed")
-        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", k_name, in.mode.view()));
-    if (!in.target.is_host()) moe::require_sm90a(k_name, in.target);
     if (in.weight_format != WeightFormat::none)
         throw InvalidArgument(fmt::format("{}: takes no weights (weight format must be none)", k_name));
-    KernelDescriptor d = moe::base_descriptor(k_name, in.target);
+    KernelDescriptor d = moe::canonical_start(k_name, in, false);
     d.act_dtype = runtime::DType::bf16;
     return d;
 }

@@ -38,6 +38,22 @@ void take_matrix_shape(std::string_view family, const KernelDescriptor& in, Kern
     d.act_dtype = runtime::DType::bf16;
 }
 
+KernelDescriptor canonical_start(std::string_view family, const KernelDescriptor& in, bool matrix) {
+    if (!in.mode.empty() && in.mode.view() != "indexed")
+        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", family, in.mode.view()));
+    if (!in.target.is_host()) require_sm90a(family, in.target);
+    KernelDescriptor d = base_descriptor(family, in.target);
+    if (matrix) take_matrix_shape(family, in, d);
+    return d;
+}
+
+void check_matrix_and_act(std::string_view family, uint8_t matrix, uint8_t act) {
+    if (matrix > 1) throw InvalidArgument(fmt::format("{}: matrix must be gate_up or down", family));
+    if (act > 1) throw InvalidArgument(fmt::format("{}: act must be silu_glu or situ_glu", family));
+    if (matrix == static_cast<uint8_t>(Matrix::down) && act != 0)
+        throw InvalidArgument(fmt::format("{}: the activation belongs to gate_up", family));
+}
+
 void require_sm90a(std::string_view family, Target t) {
     if (t.arch < 90 || (t.arch == 90 && t.suffix != 'a'))
         throw InvalidArgument(fmt::format("{}: target {} is not supported (needs sm_90a: bulk async copies, mbarriers, "

@@ -52,6 +52,19 @@ KernelDescriptor base_descriptor(std::string_view family, Target target);
 KernelDescriptor matrix_descriptor(std::string_view family, const MatrixShape& m, Target target);
 // Checks and copies format, n, k (and act bf16) from `in` into `d`; throws InvalidArgument naming the field.
 void take_matrix_shape(std::string_view family, const KernelDescriptor& in, KernelDescriptor& d);
+// The start of every moe_w4a16 family's canonicalize: mode indexed, an sm_90a or host target, and the
+// canonical skeleton (with the matrix shape when `matrix`).
+KernelDescriptor canonical_start(std::string_view family, const KernelDescriptor& in, bool matrix);
+// The GEMM families' matrix and activation fields: copied from `in` to `out`, the activation only for gate_up.
+// Returns whether the matrix is gate_up.
+void check_matrix_and_act(std::string_view family, uint8_t matrix, uint8_t act);
+template <typename Config>
+bool take_matrix_and_act(std::string_view family, const Config& in, Config& out) {
+    check_matrix_and_act(family, in.matrix, in.act);
+    out.matrix = in.matrix;
+    out.act = in.matrix == static_cast<uint8_t>(Matrix::gate_up) ? in.act : 0;
+    return in.matrix == static_cast<uint8_t>(Matrix::gate_up);
+}
 // Throws InvalidArgument unless `t` is sm_90a (bulk async copies, mbarriers, bf16x2 arithmetic).
 void require_sm90a(std::string_view family, Target t);
 // Whether `target` runs the warpgroup-MMA prefill GEMMs (sm_90a).

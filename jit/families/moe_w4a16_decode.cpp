@@ -25,18 +25,10 @@ constexpr ConfigField k_fields[] = {
 std::span<const ConfigField> MoeW4A16DecodeFamily::config_fields() const { return k_fields; }
 
 KernelDescriptor MoeW4A16DecodeFamily::canonicalize(const KernelDescriptor& in) const {
-    if (!in.mode.empty() && in.mode.view() != "indexed")
-        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", k_name, in.mode.view()));
-    if (!in.target.is_host()) moe::require_sm90a(k_name, in.target);
-    KernelDescriptor d = moe::base_descriptor(k_name, in.target);
-    moe::take_matrix_shape(k_name, in, d);
+    KernelDescriptor d = moe::canonical_start(k_name, in, true);
     const Config c = in.config.as<Config>();
-    if (c.matrix > 1) throw InvalidArgument(fmt::format("{}: matrix must be gate_up or down", k_name));
-    const bool gate_up = c.matrix == static_cast<uint8_t>(moe::Matrix::gate_up);
     Config out;
-    out.matrix = c.matrix;
-    if (gate_up) out.act = c.act;
-    else if (c.act != 0) throw InvalidArgument(fmt::format("{}: the activation belongs to gate_up", k_name));
+    const bool gate_up = moe::take_matrix_and_act(k_name, c, out);
     if (!gate_up) out.rows = c.rows;
     else if (c.rows) throw InvalidArgument(fmt::format("{}: only down has a rows mode", k_name));
     const int bm = c.block_m ? c.block_m : 8;

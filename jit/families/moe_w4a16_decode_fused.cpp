@@ -28,15 +28,11 @@ bool MoeW4A16DecodeFusedFamily::fusable(int n, int k, int block_k) {
 }
 
 KernelDescriptor MoeW4A16DecodeFusedFamily::canonicalize(const KernelDescriptor& in) const {
-    if (!in.mode.empty() && in.mode.view() != "indexed")
-        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", k_name, in.mode.view()));
     if (in.target.is_host())
         throw InvalidArgument(fmt::format("{}: a device kernel (host target: moe_w4a16_route, moe_w4a16_decode and "
                                           "moe_w4a16_combine)",
                                           k_name));
-    moe::require_sm90a(k_name, in.target);
-    KernelDescriptor d = moe::base_descriptor(k_name, in.target);
-    moe::take_matrix_shape(k_name, in, d);
+    KernelDescriptor d = moe::canonical_start(k_name, in, true);
     const Config c = in.config.as<Config>();
     Config out;
     out.act = c.act;

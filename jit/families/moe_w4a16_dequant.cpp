@@ -15,11 +15,7 @@ constexpr ConfigField k_fields[] = {
 std::span<const ConfigField> MoeW4A16DequantFamily::config_fields() const { return k_fields; }
 
 KernelDescriptor MoeW4A16DequantFamily::canonicalize(const KernelDescriptor& in) const {
-    if (!in.mode.empty() && in.mode.view() != "indexed")
-        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", k_name, in.mode.view()));
-    if (!in.target.is_host()) moe::require_sm90a(k_name, in.target);
-    KernelDescriptor d = moe::base_descriptor(k_name, in.target);
-    moe::take_matrix_shape(k_name, in, d);
+    KernelDescriptor d = moe::canonical_start(k_name, in, true);
     Config c;
     if (!in.target.is_host() && in.weight_format == WeightFormat::mxfp4_g32_e8m0)
         c.wide_scale = in.config.as<Config>().wide_scale;

@@ -17,14 +17,11 @@ constexpr ConfigField k_fields[] = {
 std::span<const ConfigField> MoeW4A16RouteFamily::config_fields() const { return k_fields; }
 
 KernelDescriptor MoeW4A16RouteFamily::canonicalize(const KernelDescriptor& in) const {
-    if (!in.mode.empty() && in.mode.view() != "indexed")
-        throw InvalidArgument(fmt::format("{}: unknown mode '{}' (modes: indexed)", k_name, in.mode.view()));
-    if (!in.target.is_host()) moe::require_sm90a(k_name, in.target);
     if (in.experts < 1 || in.experts > moe::k_max_experts)
         throw InvalidArgument(fmt::format("{}: experts={} must be in [1, {}]", k_name, in.experts, moe::k_max_experts));
     if (in.weight_format != WeightFormat::none)
         throw InvalidArgument(fmt::format("{}: takes no weights (weight format must be none)", k_name));
-    KernelDescriptor d = moe::base_descriptor(k_name, in.target);
+    KernelDescriptor d = moe::canonical_start(k_name, in, false);
     d.experts = in.experts;
     d.act_dtype = runtime::DType::i32;
     const int bm = in.config.as<Config>().block_m ? in.config.as<Config>().block_m : 8;

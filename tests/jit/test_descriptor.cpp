@@ -109,9 +109,9 @@ TEST_CASE("unknown config fields and values out of range are refused, naming the
     CHECK(parse_error("moe_w4a16_combine/indexed cfg=block_m=8").find("(fields: none)") != std::string::npos);
     // out of range, or not a number
     CHECK(
-        parse_error("moe_routing/indexed cfg=block_m=70000").find("block_m=70000: expected an integer in [1, 1024]") !=
+        parse_error("moe_routing/indexed cfg=block_m=70000").find("block_m=70000: expected an integer in [0, 1024]") !=
         std::string::npos);
-    CHECK(parse_error("moe_routing/indexed cfg=block_m=0").find("block_m=0") != std::string::npos);
+    CHECK(parse_error("moe_routing/indexed cfg=block_m=-1").find("block_m=-1") != std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps=33").find("warps=33") != std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps=-1").find("warps=-1") != std::string::npos);
     CHECK(parse_error("moe_routing/indexed cfg=warps=4x").find("warps=4x") != std::string::npos);
