@@ -17,7 +17,7 @@
 
 namespace kiln::model::reference {
 
-LoadedModel load_model(const ModelSource& s, bool with_tokenizer) {
+LoadedModel load_model(const ModelSource& s, [[maybe_unused]] bool with_tokenizer) {
     if (!s.model_dir.empty() && !s.preset.empty()) throw InvalidArgument("give either --model or --preset, not both");
     using clock = std::chrono::steady_clock;
     LoadedModel out;

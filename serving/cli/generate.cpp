@@ -97,13 +97,12 @@ void run_generate(const GenerateArgs& a) {
         for (int64_t e : c.eos_token_ids)
             if (e >= 0) stops.push_back(uint32_t(e));
 
-    bool text_out = !a.print_ids;
 #if KILN_HAVE_TOKENIZER
     std::optional<StreamDecoder> decoder;
-    if (text_out && m.tokenizer) decoder.emplace(*m.tokenizer);
-    text_out = decoder.has_value();
+    if (!a.print_ids && m.tokenizer) decoder.emplace(*m.tokenizer);
+    const bool text_out = decoder.has_value();
 #else
-    text_out = false;
+    const bool text_out = false;
 #endif
     bool first = true;
     auto on_token = [&](uint32_t id) {
