@@ -442,6 +442,15 @@ void Server::start() {
         s.stopped = true;
         s.cv.notify_all();
     });
+    // A stop() that reached cpp-httplib before the listener entered its accept loop would be lost, and the
+    // loop would then run forever: return only once it runs.
+    while (!s.http.is_running()) {
+        {
+            std::lock_guard lock(s.mu);
+            if (s.stopped) break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     s.monitor = std::thread([&s] { s.monitor_loop(); });
 }
 
