@@ -5,6 +5,7 @@
 #include "jit/families/dequant_gemv.hpp"
 #include "jit/families/embedding.hpp"
 #include "jit/families/glu.hpp"
+#include "jit/families/linear.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -32,6 +33,7 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<EmbeddingFamily>());
     r.add(std::make_unique<AttnResFamily>());
     r.add(std::make_unique<RouterFamily>());
+    r.add(std::make_unique<LinearFamily>());
 }
 
 }  // namespace kiln::jit

@@ -30,6 +30,7 @@ const FamilyCases k_families[] = {
     {"embedding", add_embedding_cases},
     {"attn_res", add_attn_res_cases},
     {"router", add_router_cases},
+    {"linear", add_linear_cases},
 };
 
 }  // namespace
