@@ -15,6 +15,7 @@
 #include "jit/families/moe_w4a16_route.hpp"
 #include "jit/families/rmsnorm.hpp"
 #include "jit/families/router.hpp"
+#include "jit/families/sample.hpp"
 #include "jit/family.hpp"
 
 namespace kiln::jit {
@@ -34,6 +35,7 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<AttnResFamily>());
     r.add(std::make_unique<RouterFamily>());
     r.add(std::make_unique<LinearFamily>());
+    r.add(std::make_unique<SampleFamily>());
 }
 
 }  // namespace kiln::jit

@@ -31,6 +31,7 @@ const FamilyCases k_families[] = {
     {"attn_res", add_attn_res_cases},
     {"router", add_router_cases},
     {"linear", add_linear_cases},
+    {"sample", add_sample_cases},
 };
 
 }  // namespace
