@@ -21,5 +21,6 @@ void add_attn_res_cases(CaseList& out);
 void add_router_cases(CaseList& out);
 void add_linear_cases(CaseList& out);
 void add_sample_cases(CaseList& out);
+void add_linear_layer_cases(CaseList& out);
 
 }  // namespace kiln::ops

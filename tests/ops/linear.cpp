@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "jit/families/linear.hpp"
+#include "model/layers/linear.hpp"
 #include "tests/ops/cases.hpp"
 #include "tests/ops/dense_case.hpp"
 
@@ -109,6 +110,105 @@ void add_linear_cases(CaseList& out) {
     };
     uint64_t seed = 1100;
     for (const GemmShape& s : shapes) out.push_back(std::make_unique<LinearCase>(s, seed += 10));
+}
+
+}  // namespace kiln::ops
+
+// The linear layer (model/layers/linear.hpp) over one weight at several row counts, one plan each: on the
+// CUDA device cuBLASLt where it loads (the family otherwise), on the host target the family. Same
+// reference and tolerances as the family's cases.
+namespace kiln::ops {
+
+namespace {
+
+class LinearLayerCase final : public DenseCase {
+public:
+    LinearLayerCase(std::vector<int> ms, int n, int k, jit::LinearOut out, uint64_t seed)
+        : ms_(std::move(ms)), n_(n), k_(k), out_(out), seed_(seed) {}
+    std::string family() const override { return "linear_layer"; }
+    std::string name() const override {
+        std::string m;
+        for (int v : ms_) m += fmt::format("{}{}", m.empty() ? "" : ",", v);
+        return fmt::format("linear layer: M {} x [{}, {}]^T -> {}", m, n_, k_, out_ == jit::LinearOut::f32 ? "f32" : "bf16");
+    }
+    void setup(test::TestBackend& b) override {
+        if (x_.empty()) {
+            int total = 0;
+            for (int m : ms_) total += m;
+            x_ = test::random_bf16(size_t(total) * k_, seed_, 1.0f);
+            w_ = test::random_bf16(size_t(n_) * k_, seed_ + 1, 0.02f);
+            const std::vector<float> x = to_f32(x_), w = to_f32(w_);
+            ref_.resize(size_t(total) * n_);
+            for (int i = 0; i < total; ++i)
+                for (int j = 0; j < n_; ++j) {
+                    double acc = 0;
+                    for (int kk = 0; kk < k_; ++kk) acc += double(x[size_t(i) * k_ + kk]) * w[size_t(j) * k_ + kk];
+                    ref_[size_t(i) * n_ + j] = acc;
+                }
+        }
+        layer_ = std::make_unique<model::layers::Linear>(*b.disp, *b.backend, model::layers::LinearShape{n_, k_, out_},
+                                                         autotune::default_linear_tuning(),
+                                                         model::layers::make_cublaslt(*b.backend));
+        plans_.clear();
+        for (int m : ms_) plans_.push_back(layer_->plan(m));
+        input(x_d_, *b.backend, x_);
+        input(w_d_, *b.backend, w_);
+        output(y_d_, *b.backend, ref_.size() * (out_ == jit::LinearOut::f32 ? 4 : 2));
+    }
+    void run(test::TestBackend& b) override {
+        const size_t es = out_ == jit::LinearOut::f32 ? 4 : 2;
+        int64_t row = 0;
+        for (size_t i = 0; i < ms_.size(); ++i) {
+            const int64_t m = ms_[i];
+            jit::LinearArgs a;
+            a.x = runtime::TensorView::contiguous(static_cast<uint16_t*>(x_d_.data()) + row * k_, DType::bf16, {m, k_},
+                                                  b.backend->location());
+            a.w = w_d_.view(DType::bf16, {n_, k_});
+            a.y = runtime::TensorView::contiguous(static_cast<char*>(y_d_.data()) + row * n_ * es,
+                                                  out_ == jit::LinearOut::f32 ? DType::f32 : DType::bf16, {m, n_},
+                                                  b.backend->location());
+            layer_->run(plans_[i], a, *b.stream);
+            row += m;
+        }
+    }
+    std::vector<std::string> check(test::TestBackend& b) override {
+        std::vector<std::string> bad;
+        if (out_ == jit::LinearOut::f32)
+            expect_within(bad, "y", test::f32_error(test::download<float>(*b.backend, y_d_, ref_.size()), ref_), 1e-5);
+        else
+            expect_within(bad, "y", test::bf16_error(test::download<uint16_t>(*b.backend, y_d_, ref_.size()), ref_), 4e-3);
+        return bad;
+    }
+    void teardown(test::TestBackend& b) override {
+        DenseCase::teardown(b);
+        layer_.reset();
+    }
+    Cost cost() const override {
+        double c = 0, f = 0;
+        for (int m : ms_) {
+            c += double(m) * k_ * 2 + double(n_) * k_ * 2 + double(m) * n_ * (out_ == jit::LinearOut::f32 ? 4 : 2);
+            f += 2.0 * m * n_ * k_;
+        }
+        return {c, f};
+    }
+
+private:
+    std::vector<int> ms_;
+    int64_t n_, k_;
+    jit::LinearOut out_;
+    uint64_t seed_;
+    std::vector<uint16_t> x_, w_;
+    std::vector<double> ref_;
+    std::unique_ptr<model::layers::Linear> layer_;
+    std::vector<model::layers::LinearPlan> plans_;
+    runtime::Buffer x_d_, w_d_, y_d_;
+};
+
+}  // namespace
+
+void add_linear_layer_cases(CaseList& out) {
+    out.push_back(std::make_unique<LinearLayerCase>(std::vector<int>{1, 33, 150}, 512, 2048, jit::LinearOut::bf16, 1200));
+    out.push_back(std::make_unique<LinearLayerCase>(std::vector<int>{4, 70}, 896, 7168, jit::LinearOut::f32, 1210));
 }
 
 }  // namespace kiln::ops

@@ -32,6 +32,7 @@ const FamilyCases k_families[] = {
     {"router", add_router_cases},
     {"linear", add_linear_cases},
     {"sample", add_sample_cases},
+    {"linear_layer", add_linear_layer_cases},
 };
 
 }  // namespace
