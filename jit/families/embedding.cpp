@@ -63,6 +63,7 @@ kiln_params::EmbeddingParams embedding_params(const LoadedKernel& k, const Embed
         runtime::expect_tensor(a.feed, "embedding feed", DType::i32, 2, where);
         runtime::expect_shape(a.feed, "embedding feed", {-1, 2});
         runtime::expect_tensor(a.prev_tokens, "embedding prev_tokens", DType::i32, 1, where);
+        if (reinterpret_cast<uintptr_t>(a.feed.data) % 8 != 0) throw InvalidArgument("embedding: feed must be 8-byte aligned");
         p.feed = reinterpret_cast<const kiln_params::i32x2*>(a.feed.data);
         p.feed_count = static_cast<int32_t>(a.feed.shape[0]);
         p.prev_tokens = a.prev_tokens.ptr<const int32_t>();

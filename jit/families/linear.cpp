@@ -96,7 +96,8 @@ kiln_params::LinearParams linear_params(const LoadedKernel& k, const LinearArgs&
     runtime::expect_shape(a.y, "linear y", {M, N});
     if (K % 8 != 0 || (reinterpret_cast<uintptr_t>(a.x.data) | reinterpret_cast<uintptr_t>(a.w.data)) % 16 != 0)
         throw InvalidArgument(fmt::format("linear: K={} must be a multiple of 8 and x, w 16-byte aligned", K));
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || M > int64_t(65535) * 128)
+    const int bm = k.desc.config.as<LinearConfig>().block_m;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || (bm && (M + bm - 1) / bm > 65535))
         throw InvalidArgument(fmt::format("linear: [{}, {}] x [{}, {}] is too large", M, K, N, K));
     kiln_params::LinearParams p{};
     p.x = a.x.ptr<const kiln_params::bf16>();

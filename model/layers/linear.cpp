@@ -39,7 +39,8 @@ LinearPlan Linear::plan(int64_t m) const {
     if (m < 0) throw InvalidArgument(fmt::format("linear layer: {} rows", m));
     LinearPlan p;
     p.m = m;
-    if (cublaslt_ && m >= tuning_.cublaslt_min_m && m > 0) {
+    const DType yd = shape_.out == jit::LinearOut::f32 ? DType::f32 : DType::bf16;
+    if (cublaslt_ && m >= tuning_.cublaslt_min_m && m > 0 && cublaslt_->prepare(yd, m, shape_.n, shape_.k)) {
         p.path = LinearPath::cublaslt;
         return p;
     }

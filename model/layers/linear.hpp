@@ -5,7 +5,8 @@
 //   layer.run(plan, {x, w, y}, stream);
 //
 // plan() picks, by the tuning (autotune/heuristics/linear.hpp), cuBLASLt (CUDA only, when a handle is given,
-// i.e. the library loaded) or the `linear` family with the tile for m; on the host target always the family.
+// i.e. the library loaded, and it has an algorithm for the shape: plan() asks its heuristic) or the `linear`
+// family with the tile for m; on the host target always the family.
 // The layer keeps no buffer state: the weight is a view each run names. make_cublaslt() gives the handle
 // to share between the layers of one backend, or null (logging why once) where cuBLASLt is missing or the
 // backend is not CUDA.

@@ -287,6 +287,17 @@ const CublasLt::Plan& CublasLt::plan(DType y_dtype, int64_t m, int64_t n, int64_
     return *plans_.emplace(key, std::move(p)).first->second;
 }
 
+bool CublasLt::prepare(DType y_dtype, int64_t m, int64_t n, int64_t k) {
+    if ((y_dtype != DType::bf16 && y_dtype != DType::f32) || m <= 0 || n <= 0 || k <= 0) return false;
+    try {
+        plan(y_dtype, m, n, k);
+        return true;
+    } catch (const CublasLtError& e) {
+        log::debug("cuBLASLt: {}", e.what());
+        return false;
+    }
+}
+
 void CublasLt::linear(Stream& stream, uint64_t x, uint64_t w, uint64_t y, DType y_dtype, int64_t m, int64_t n,
                       int64_t k) {
     auto* cs = dynamic_cast<CudaStream*>(&stream);

@@ -69,6 +69,10 @@ public:
     // stream kind or dtype, CublasLtError when cuBLASLt has no algorithm or the call fails.
     void linear(Stream& stream, uint64_t x, uint64_t w, uint64_t y, DType y_dtype, int64_t m, int64_t n, int64_t k);
 
+    // Builds (and caches) the plan of a shape ahead of its calls; false when cuBLASLt has no algorithm for it
+    // (the reason is logged at debug level). Host work only.
+    bool prepare(DType y_dtype, int64_t m, int64_t n, int64_t k);
+
     size_t cached_plans() const;
     size_t workspace_bytes() const { return workspace_.size(); }
 

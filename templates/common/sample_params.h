@@ -14,7 +14,8 @@
 //     step, i) (common/philox.h): an exact sample of softmax(z) restricted to the set, the same token for
 //     the same seed and step on every backend.
 // `counts` is a u32 [S, vocab] workspace that must be zero before a launch and is zero again after it
-// (the kernel counts the penalty tokens there and clears what it counted).
+// (the kernel counts the penalty tokens there and clears what it counted); without it (null) no penalty
+// is applied, so the host gives it whenever a sequence has one.
 #pragma once
 
 #include "common/kiln_params.h"
