@@ -48,6 +48,12 @@ public:
     // Bytes of state held (KDA conv + recurrent, MLA caches).
     size_t bytes() const;
 
+    // For executors that keep the state elsewhere between calls (model/forward/reference_executor): the
+    // parts of model layer `layer` (its KDA state, or its MLA cache), and the position they stand at.
+    KdaState& kda(size_t layer) { return kda_.at(layer); }
+    MlaCache& mla(size_t layer) { return mla_.at(layer); }
+    void set_position(size_t position) { position_ = position; }
+
 private:
     friend class ReferenceModel;
     size_t position_ = 0;

@@ -33,6 +33,9 @@ void add_commands(CLI::App& app) {
 #if KILN_HAVE_TOKENIZER
     add_tokenize_commands(app);
 #endif
+#if KILN_HAVE_HTTP && KILN_HAVE_TOKENIZER
+    add_serve_command(app);
+#endif
 }
 
 namespace {

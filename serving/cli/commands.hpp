@@ -12,5 +12,6 @@ void add_make_model_command(CLI::App& app);  // make_model.cpp
 void add_generate_command(CLI::App& app);    // generate.cpp
 void add_tokenize_commands(CLI::App& app);   // tokenize.cpp: tokenize, detokenize (builds with the tokenizer)
 void add_bench_command(CLI::App& app);       // bench.cpp: bench reference/tokenizer/cache/jit/host/moe
+void add_serve_command(CLI::App& app);       // serve.cpp (builds with the HTTP server)
 
 }  // namespace kiln::cli

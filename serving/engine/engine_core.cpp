@@ -1,5 +1,7 @@
 #include "serving/engine/engine_core.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "runtime/error.hpp"
@@ -26,6 +28,12 @@ EngineCore::EngineCore(model::forward::ForwardExecutor& executor, const model::T
     for (int32_t e : spec.eos)
         if (e >= 0) eos_.push_back(static_cast<TokenId>(e));
     vocab_ = spec.vocab > 0 ? static_cast<uint32_t>(spec.vocab) : tokenizer.vocab_size();
+    // Unless told otherwise, a sequence may be as long as the KV pages can hold (SGLang's rule): a context
+    // the memory cannot hold would only turn into a memory error per request.
+    if (options.max_model_len == 0) {
+        const uint64_t kv_tokens = static_cast<uint64_t>(sched_.memory().kv().capacity()) * opt_.page_size;
+        opt_.max_model_len = static_cast<uint32_t>(std::clamp<uint64_t>(kv_tokens, 2, opt_.max_model_len));
+    }
     executor_.reserve(sched_.memory().arena_bytes());
 }
 

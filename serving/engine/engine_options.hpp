@@ -24,7 +24,8 @@ struct EngineOptions {
     bool enable_unified_memory = false;    // slots and pages grow from the two ends of one pool
     double state_memory_fraction = 0.5;    // split pools: the share of memory_bytes given to state slots
     uint32_t page_size = 0;                // KV tokens per page the executor must use (0: the executor's)
-    uint32_t max_model_len = 0;            // prompt + generated tokens per sequence (0: the model's context)
+    uint32_t max_model_len = 0;            // prompt + generated tokens per sequence (0: the model's context,
+                                           // capped to the tokens the KV pages hold)
 
     // Prefix cache (radix tree over tokens, KV pages plus sparse KDA checkpoints).
     bool enable_prefix_cache = true;

@@ -277,11 +277,21 @@ TEST_CASE("engine: a non-finite result fails its request only") {
     rig.check_empty();
 }
 
+TEST_CASE("engine: without --max-model-len the context is capped to what the KV pages hold") {
+    StampedExecutor::Config c = executor_config(16);
+    EngineOptions o = roomy();
+    o.memory_bytes = 4 * c.slot_bytes + 256 * c.token_bytes;
+    o.state_memory_fraction = 4.0 * c.slot_bytes / static_cast<double>(o.memory_bytes) + 1e-9;
+    Rig rig(c, o);
+    CHECK(rig.core.max_model_len() == 256);
+}
+
 TEST_CASE("engine: requests that can never run are refused, naming the field") {
     StampedExecutor::Config c = executor_config(16);
     EngineOptions o = roomy();
     o.memory_bytes = 4 * c.slot_bytes + 256 * c.token_bytes;
     o.state_memory_fraction = 4.0 * c.slot_bytes / static_cast<double>(o.memory_bytes) + 1e-9;
+    o.max_model_len = static_cast<uint32_t>(c.max_position);  // the context, not what the memory holds
     Rig rig(c, o);
     const auto param_of = [&](const GenerationRequest& r) {
         try {
