@@ -1,7 +1,11 @@
 // The families shipped with kiln.
 #include <memory>
 
+#include "jit/families/attn_res.hpp"
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/embedding.hpp"
+#include "jit/families/glu.hpp"
+#include "jit/families/linear.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -9,6 +13,9 @@
 #include "jit/families/moe_w4a16_dequant.hpp"
 #include "jit/families/moe_w4a16_prefill.hpp"
 #include "jit/families/moe_w4a16_route.hpp"
+#include "jit/families/rmsnorm.hpp"
+#include "jit/families/router.hpp"
+#include "jit/families/sample.hpp"
 #include "jit/family.hpp"
 
 namespace kiln::jit {
@@ -22,6 +29,13 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<MoeW4A16PrefillFamily>());
     r.add(std::make_unique<MoeW4A16CombineFamily>());
     r.add(std::make_unique<MoeW4A16DequantFamily>());
+    r.add(std::make_unique<RmsNormFamily>());
+    r.add(std::make_unique<GluFamily>());
+    r.add(std::make_unique<EmbeddingFamily>());
+    r.add(std::make_unique<AttnResFamily>());
+    r.add(std::make_unique<RouterFamily>());
+    r.add(std::make_unique<LinearFamily>());
+    r.add(std::make_unique<SampleFamily>());
 }
 
 }  // namespace kiln::jit

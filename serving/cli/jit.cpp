@@ -53,7 +53,7 @@ std::string flag_name(std::string_view field) {
 int64_t config_flag_value(const std::string& flag, const ConfigField& f, const std::string& text) {
     if (!f.choices.empty()) {
         std::string names;
-        for (auto n : f.choices) {
+        for (const auto& n : f.choices) {
             if (n == text) return &n - f.choices.data();
             names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
         }

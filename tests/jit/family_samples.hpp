@@ -9,7 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/families/attn_res.hpp"
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/embedding.hpp"
+#include "jit/families/glu.hpp"
+#include "jit/families/linear.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -17,6 +21,9 @@
 #include "jit/families/moe_w4a16_dequant.hpp"
 #include "jit/families/moe_w4a16_prefill.hpp"
 #include "jit/families/moe_w4a16_route.hpp"
+#include "jit/families/rmsnorm.hpp"
+#include "jit/families/router.hpp"
+#include "jit/families/sample.hpp"
 
 namespace kiln::test {
 
@@ -84,6 +91,29 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
     if (family == MoeW4A16CombineFamily::k_name) return {MoeW4A16CombineFamily::descriptor(t)};
     if (family == MoeW4A16DequantFamily::k_name)
         return {MoeW4A16DequantFamily::descriptor(gu, t), MoeW4A16DequantFamily::descriptor(gu4, t)};
+    if (family == RmsNormFamily::k_name)
+        return {RmsNormFamily::descriptor(RmsNormMode::rows, t), RmsNormFamily::descriptor(RmsNormMode::add, t),
+                RmsNormFamily::descriptor(RmsNormMode::heads, t)};
+    if (family == GluFamily::k_name)
+        return {GluFamily::descriptor(GluMode::silu, t), GluFamily::descriptor(GluMode::situ, t),
+                GluFamily::descriptor(GluMode::sigmoid_gate, t)};
+    if (family == EmbeddingFamily::k_name) return {EmbeddingFamily::descriptor(t)};
+    if (family == AttnResFamily::k_name) return {AttnResFamily::descriptor(t)};
+    if (family == RouterFamily::k_name) {
+        std::vector<KernelDescriptor> v = {RouterFamily::descriptor(64, 6, t)};
+        if (!host) v.push_back(RouterFamily::descriptor(896, 16, t, 8));
+        return v;
+    }
+    if (family == LinearFamily::k_name) {
+        std::vector<KernelDescriptor> v = {LinearFamily::descriptor(LinearOut::bf16, t),
+                                           LinearFamily::descriptor(LinearOut::f32, t)};
+        if (!host) {
+            v.push_back(LinearFamily::descriptor(LinearOut::f32, t, 16, 64, 1, 4));
+            v.push_back(LinearFamily::descriptor(LinearOut::bf16, t, 128, 128, 2, 4));
+        }
+        return v;
+    }
+    if (family == SampleFamily::k_name) return {SampleFamily::descriptor(t)};
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};
 }

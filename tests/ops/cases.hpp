@@ -14,5 +14,13 @@ void add_moe_w4a16_prefill_cases(CaseList& out);
 void add_moe_w4a16_combine_cases(CaseList& out);
 void add_moe_w4a16_dequant_cases(CaseList& out);
 void add_moe_w4a16_cases(CaseList& out);
+void add_rmsnorm_cases(CaseList& out);
+void add_glu_cases(CaseList& out);
+void add_embedding_cases(CaseList& out);
+void add_attn_res_cases(CaseList& out);
+void add_router_cases(CaseList& out);
+void add_linear_cases(CaseList& out);
+void add_sample_cases(CaseList& out);
+void add_linear_layer_cases(CaseList& out);
 
 }  // namespace kiln::ops

@@ -25,6 +25,14 @@ const FamilyCases k_families[] = {
     {"moe_w4a16_combine", add_moe_w4a16_combine_cases},
     {"moe_w4a16_dequant", add_moe_w4a16_dequant_cases},
     {"moe_w4a16", add_moe_w4a16_cases},
+    {"rmsnorm", add_rmsnorm_cases},
+    {"glu", add_glu_cases},
+    {"embedding", add_embedding_cases},
+    {"attn_res", add_attn_res_cases},
+    {"router", add_router_cases},
+    {"linear", add_linear_cases},
+    {"sample", add_sample_cases},
+    {"linear_layer", add_linear_layer_cases},
 };
 
 }  // namespace

@@ -54,11 +54,21 @@ TEST_CASE("moe_w4a16_decode") { run_family("moe_w4a16_decode"); }
 TEST_CASE("moe_w4a16_decode_fused") { run_family("moe_w4a16_decode_fused"); }
 TEST_CASE("moe_w4a16_prefill") { run_family("moe_w4a16_prefill"); }
 TEST_CASE("moe_w4a16") { run_family("moe_w4a16"); }
+TEST_CASE("rmsnorm") { run_family("rmsnorm"); }
+TEST_CASE("glu") { run_family("glu"); }
+TEST_CASE("embedding") { run_family("embedding"); }
+TEST_CASE("attn_res") { run_family("attn_res"); }
+TEST_CASE("router") { run_family("router"); }
+TEST_CASE("linear") { run_family("linear"); }
+TEST_CASE("sample") { run_family("sample"); }
+TEST_CASE("linear_layer") { run_family("linear_layer"); }
 
 TEST_CASE("every family has a test case above") {
     const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
                             "moe_w4a16_combine", "moe_w4a16_decode",  "moe_w4a16_decode_fused", "moe_w4a16_prefill",
-                            "moe_w4a16"};
+                            "moe_w4a16",         "rmsnorm",           "glu",                    "embedding",
+                            "attn_res",          "router",            "linear",                 "sample",
+                            "linear_layer"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
