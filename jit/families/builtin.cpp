@@ -2,6 +2,11 @@
 #include <memory>
 
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/mla_absorb.hpp"
+#include "jit/families/mla_cache_append.hpp"
+#include "jit/families/mla_combine.hpp"
+#include "jit/families/mla_decode.hpp"
+#include "jit/families/mla_prefill.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -22,6 +27,11 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<MoeW4A16PrefillFamily>());
     r.add(std::make_unique<MoeW4A16CombineFamily>());
     r.add(std::make_unique<MoeW4A16DequantFamily>());
+    r.add(std::make_unique<MlaCacheAppendFamily>());
+    r.add(std::make_unique<MlaAbsorbFamily>());
+    r.add(std::make_unique<MlaDecodeFamily>());
+    r.add(std::make_unique<MlaPrefillFamily>());
+    r.add(std::make_unique<MlaCombineFamily>());
 }
 
 }  // namespace kiln::jit

@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/mla_absorb.hpp"
+#include "jit/families/mla_cache_append.hpp"
+#include "jit/families/mla_combine.hpp"
+#include "jit/families/mla_decode.hpp"
+#include "jit/families/mla_prefill.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -84,6 +89,20 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
     if (family == MoeW4A16CombineFamily::k_name) return {MoeW4A16CombineFamily::descriptor(t)};
     if (family == MoeW4A16DequantFamily::k_name)
         return {MoeW4A16DequantFamily::descriptor(gu, t), MoeW4A16DequantFamily::descriptor(gu4, t)};
+    if (family == MlaCacheAppendFamily::k_name) return {MlaCacheAppendFamily::descriptor(t)};
+    if (family == MlaCombineFamily::k_name) return {MlaCombineFamily::descriptor(t)};
+    if (family == MlaAbsorbFamily::k_name)
+        return {MlaAbsorbFamily::descriptor(MlaAbsorbMode::q, t), MlaAbsorbFamily::descriptor(MlaAbsorbMode::out, t)};
+    if (family == MlaDecodeFamily::k_name) {
+        std::vector<KernelDescriptor> v = {MlaDecodeFamily::descriptor(64, 16, t)};
+        if (!host) v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32));
+        return v;
+    }
+    if (family == MlaPrefillFamily::k_name) {
+        std::vector<KernelDescriptor> v = {MlaPrefillFamily::descriptor(64, 16, t)};
+        if (!host) v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
+        return v;
+    }
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};
 }

@@ -1,4 +1,4 @@
-// The case files of tests/ops, one per family (and one for the moe_w4a16 layer as a whole).
+// The case files of tests/ops, one per family (and one for the moe_w4a16 and mla layers as a whole).
 #pragma once
 
 #include "tests/ops/op_case.hpp"
@@ -14,5 +14,11 @@ void add_moe_w4a16_prefill_cases(CaseList& out);
 void add_moe_w4a16_combine_cases(CaseList& out);
 void add_moe_w4a16_dequant_cases(CaseList& out);
 void add_moe_w4a16_cases(CaseList& out);
+void add_mla_cache_append_cases(CaseList& out);
+void add_mla_absorb_cases(CaseList& out);
+void add_mla_decode_cases(CaseList& out);
+void add_mla_prefill_cases(CaseList& out);
+void add_mla_combine_cases(CaseList& out);
+void add_mla_layer_cases(CaseList& out);
 
 }  // namespace kiln::ops

@@ -25,6 +25,12 @@ const FamilyCases k_families[] = {
     {"moe_w4a16_combine", add_moe_w4a16_combine_cases},
     {"moe_w4a16_dequant", add_moe_w4a16_dequant_cases},
     {"moe_w4a16", add_moe_w4a16_cases},
+    {"mla_cache_append", add_mla_cache_append_cases},
+    {"mla_absorb", add_mla_absorb_cases},
+    {"mla_decode", add_mla_decode_cases},
+    {"mla_prefill", add_mla_prefill_cases},
+    {"mla_combine", add_mla_combine_cases},
+    {"mla", add_mla_layer_cases},
 };
 
 }  // namespace

@@ -54,11 +54,18 @@ TEST_CASE("moe_w4a16_decode") { run_family("moe_w4a16_decode"); }
 TEST_CASE("moe_w4a16_decode_fused") { run_family("moe_w4a16_decode_fused"); }
 TEST_CASE("moe_w4a16_prefill") { run_family("moe_w4a16_prefill"); }
 TEST_CASE("moe_w4a16") { run_family("moe_w4a16"); }
+TEST_CASE("mla_cache_append") { run_family("mla_cache_append"); }
+TEST_CASE("mla_absorb") { run_family("mla_absorb"); }
+TEST_CASE("mla_decode") { run_family("mla_decode"); }
+TEST_CASE("mla_prefill") { run_family("mla_prefill"); }
+TEST_CASE("mla_combine") { run_family("mla_combine"); }
+TEST_CASE("mla") { run_family("mla"); }
 
 TEST_CASE("every family has a test case above") {
     const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
                             "moe_w4a16_combine", "moe_w4a16_decode",  "moe_w4a16_decode_fused", "moe_w4a16_prefill",
-                            "moe_w4a16"};
+                            "moe_w4a16",         "mla_cache_append",  "mla_absorb",             "mla_decode",
+                            "mla_prefill",       "mla_combine",       "mla"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
