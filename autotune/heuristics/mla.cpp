@@ -18,6 +18,11 @@ void validate(const MlaTuning& t) {
         throw InvalidArgument(fmt::format("mla tuning: prefill_tokens_per_cta x prefill_heads_per_cta = {} x {} must be "
                                           "8, 16, 24 or 32",
                                           t.prefill_tokens_per_cta, t.prefill_heads_per_cta));
+    if (t.decode_mma && t.decode_heads_per_cta != 32)
+        throw InvalidArgument(fmt::format("mla tuning: decode_mma needs decode_heads_per_cta=32, not {}", t.decode_heads_per_cta));
+    if (t.prefill_mma && t.prefill_tokens_per_cta * t.prefill_heads_per_cta != 32)
+        throw InvalidArgument(fmt::format("mla tuning: prefill_mma needs 32 rows, not {} x {}", t.prefill_tokens_per_cta,
+                                          t.prefill_heads_per_cta));
     if (t.target_ctas_per_cu < 1)
         throw InvalidArgument(fmt::format("mla tuning: target_ctas_per_cu={} must be positive", t.target_ctas_per_cu));
     if (t.min_split_keys < 64 || t.min_split_keys % 64 != 0)

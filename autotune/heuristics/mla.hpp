@@ -7,9 +7,12 @@
 namespace kiln::autotune {
 
 struct MlaTuning {
-    int decode_heads_per_cta = 16;   // mla_decode query heads per CTA: 8, 16, 24, 32
+    // device: the bf16 tensor-core attention kernels (mma.sync, 32 query rows per CTA) instead of CUDA-core FMAs
+    bool decode_mma = false;
+    bool prefill_mma = false;
+    int decode_heads_per_cta = 16;   // mla_decode query heads per CTA: 8, 16, 24, 32 (32 with decode_mma)
     int prefill_tokens_per_cta = 4;  // mla_prefill: 1, 2, 4 tokens of a sequence per CTA ...
-    int prefill_heads_per_cta = 8;   // ... times this many heads: 8, 16, 24 or 32 rows
+    int prefill_heads_per_cta = 8;   // ... times this many heads: 8, 16, 24 or 32 rows (32 with prefill_mma)
     int target_ctas_per_cu = 2;      // the context is split until the attention launches this many CTAs per unit
     int min_split_keys = 256;        // no piece shorter than this (a multiple of 64)
     int max_splits = 16;             // pieces per token, at most 64

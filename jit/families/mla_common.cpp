@@ -54,4 +54,9 @@ uint32_t attention_smem(int d_c, int d_r, int rows) {
     return static_cast<uint32_t>(rows * cd * 4 + 2 * k_key_tile * (cd + 8) * 2);
 }
 
+uint32_t attention_mma_smem(int d_c, int d_r) {
+    const int qs = d_c + d_r + 8, ps = 64 + 8;
+    return static_cast<uint32_t>(k_mma_rows * qs * 2 + 2 * 64 * qs * 2 + k_mma_rows * ps * 2 + 2 * 4 * k_mma_rows * 4);
+}
+
 }  // namespace kiln::jit::mla

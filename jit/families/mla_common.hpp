@@ -37,5 +37,8 @@ KernelDescriptor canonical_start(std::string_view family, const KernelDescriptor
 void take_attention_dims(std::string_view family, const KernelDescriptor& in, KernelDescriptor& d);
 // Dynamic shared memory of an attention CTA of `rows` query rows (templates/device/mla_attention.cuh).
 uint32_t attention_smem(int d_c, int d_r, int rows);
+// The tensor-core version (templates/device/mla_attention_mma.cuh): 32 rows, 64-key tiles.
+constexpr int k_mma_rows = 32;
+uint32_t attention_mma_smem(int d_c, int d_r);
 
 }  // namespace kiln::jit::mla

@@ -12,7 +12,8 @@ namespace kiln::jit {
 
 namespace {
 constexpr ConfigField k_fields[] = {
-    KILN_CONFIG_FIELD(MlaDecodeConfig, heads_per_cta, 0, 32, "query heads per CTA: 8, 16, 24, 32 (device; default 16)"),
+    KILN_CONFIG_FIELD(MlaDecodeConfig, heads_per_cta, 0, 32, "query heads per CTA: 8, 16, 24, 32 (device; default 16, 32 with mma)"),
+    KILN_CONFIG_FIELD(MlaDecodeConfig, mma, 0, 1, "1: bf16 tensor cores, mma.sync over 64-key tiles (device)"),
 };
 }  // namespace
 
@@ -23,29 +24,40 @@ KernelDescriptor MlaDecodeFamily::canonicalize(const KernelDescriptor& in) const
     mla::take_attention_dims(k_name, in, d);
     Config c;
     if (!d.target.is_host()) {
-        const int bh = in.config.as<Config>().heads_per_cta ? in.config.as<Config>().heads_per_cta : 16;
+        const Config want = in.config.as<Config>();
+        if (want.mma > 1) throw InvalidArgument(fmt::format("{}: mma={} must be 0 or 1", k_name, want.mma));
+        const int bh = want.heads_per_cta ? want.heads_per_cta : (want.mma ? mla::k_mma_rows : 16);
         if (bh % mla::k_attn_warps != 0 || bh > 4 * mla::k_attn_warps)
             throw InvalidArgument(fmt::format("{}: heads_per_cta={} must be 8, 16, 24 or 32", k_name, bh));
-        if (mla::attention_smem(d.n, d.k, bh) > mla::k_smem_limit)
-            throw InvalidArgument(fmt::format("{}: heads_per_cta={} needs {} bytes of shared memory for d_c={}, d_r={} "
+        if (want.mma && bh != mla::k_mma_rows)
+            throw InvalidArgument(fmt::format("{}: heads_per_cta={} must be {} with mma", k_name, bh, mla::k_mma_rows));
+        const uint32_t smem = want.mma ? mla::attention_mma_smem(d.n, d.k) : mla::attention_smem(d.n, d.k, bh);
+        if (smem > mla::k_smem_limit)
+            throw InvalidArgument(fmt::format("{}: heads_per_cta={}{} needs {} bytes of shared memory for d_c={}, d_r={} "
                                               "(at most {})",
-                                              k_name, bh, mla::attention_smem(d.n, d.k, bh), d.n, d.k, mla::k_smem_limit));
+                                              k_name, bh, want.mma ? " with mma" : "", smem, d.n, d.k, mla::k_smem_limit));
+        if (want.mma && (d.n + d.k) % 16 != 0)
+            throw InvalidArgument(fmt::format("{}: mma needs d_c + d_r = {} to be a multiple of 16", k_name, d.n + d.k));
         c.heads_per_cta = static_cast<uint8_t>(bh);
+        c.mma = want.mma;
     }
     d.config = KernelConfig::of(c);
     return d;
 }
 
 uint32_t MlaDecodeFamily::max_dynamic_smem(const KernelDescriptor& d) const {
-    const int bh = d.config.as<Config>().heads_per_cta;
-    return bh ? mla::attention_smem(d.n, d.k, bh) : 0;
+    const Config c = d.config.as<Config>();
+    if (!c.heads_per_cta) return 0;
+    return c.mma ? mla::attention_mma_smem(d.n, d.k) : mla::attention_smem(d.n, d.k, c.heads_per_cta);
 }
 
 DeviceSource MlaDecodeFamily::device_source(const KernelDescriptor& d) const {
     DeviceSource s;
     s.file_name = "mla_decode.cu";
-    s.name_expr = fmt::format("&kiln_dev::mla::mla_decode<{}, {}, {}>", d.n, d.k, d.config.as<Config>().heads_per_cta);
-    s.source = fmt::format("// {}\n#include \"device/mla_attention.cuh\"\n", to_string(d));
+    const Config c = d.config.as<Config>();
+    s.name_expr = c.mma ? fmt::format("&kiln_dev::mla::mla_decode_mma<{}, {}>", d.n, d.k)
+                        : fmt::format("&kiln_dev::mla::mla_decode<{}, {}, {}>", d.n, d.k, c.heads_per_cta);
+    s.source = fmt::format("// {}\n#include \"device/{}.cuh\"\n", to_string(d), c.mma ? "mla_attention_mma" : "mla_attention");
     return s;
 }
 
@@ -64,12 +76,13 @@ HostSource MlaDecodeFamily::host_source(const KernelDescriptor& d) const {
     return s;
 }
 
-KernelDescriptor MlaDecodeFamily::descriptor(int d_c, int d_r, Target target, int heads_per_cta) {
+KernelDescriptor MlaDecodeFamily::descriptor(int d_c, int d_r, Target target, int heads_per_cta, bool mma) {
     KernelDescriptor d = mla::base_descriptor(k_name, "paged", target);
     d.n = d_c;
     d.k = d_r;
     Config c;
     c.heads_per_cta = static_cast<uint8_t>(heads_per_cta);
+    c.mma = mma ? 1 : 0;
     d.config = KernelConfig::of(c);
     return MlaDecodeFamily().canonicalize(d);
 }

@@ -2,7 +2,8 @@
 // the context split into pieces (flash-decoding; mla_combine merges them). One CTA per (token, block of
 // heads_per_cta heads, piece) reads each key tile once for its heads (templates/device/mla_attention.cuh,
 // templates/host/mla.hpp; parameters templates/common/mla_attention_params.h). Bakes in n = d_c and k = d_r
-// and (device) heads_per_cta; the host kernel is the same for decode and prefill.
+// and (device) heads_per_cta and mma (CUDA-core FMAs, or bf16 mma.sync over 64-key tiles with 32 heads per CTA);
+// the host kernel is the same for decode and prefill.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@
 namespace kiln::jit {
 
 struct MlaDecodeConfig {
-    uint8_t heads_per_cta = 0;  // device: 8, 16, 24 or 32 query rows per CTA (default 16)
+    uint8_t heads_per_cta = 0;  // device: 8, 16, 24 or 32 query rows per CTA (default 16; 32 with mma)
+    uint8_t mma = 0;            // device: 1 = bf16 tensor cores (mma.sync, templates/device/mla_attention_mma.cuh)
 };
 
 class MlaDecodeFamily final : public Family {
@@ -36,7 +38,7 @@ public:
     bool has_host_source() const override { return true; }
     HostSource host_source(const KernelDescriptor& d) const override;
 
-    static KernelDescriptor descriptor(int d_c, int d_r, Target target, int heads_per_cta = 0);
+    static KernelDescriptor descriptor(int d_c, int d_r, Target target, int heads_per_cta = 0, bool mma = false);
 };
 
 // Checks `p` against the kernel (heads, pieces in [1, 64], split_keys a positive multiple of 64, the selector,

@@ -4,7 +4,8 @@
 // of heads_per_cta heads, context piece): the block's tokens share every key tile (templates/device/
 // mla_attention.cuh, templates/host/mla.hpp; parameters templates/common/mla_attention_params.h, the same as
 // mla_decode). This is the absorbed form (MQA over the 576-wide latent keys); the expanded form with 192-wide
-// query-key and 128-wide value heads is not built. Bakes in n = d_c, k = d_r and (device) the CTA shape.
+// query-key and 128-wide value heads is not built. Bakes in n = d_c, k = d_r and (device) the CTA shape and
+// mma (CUDA-core FMAs, or bf16 mma.sync over 64-key tiles with 32 query rows per CTA).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ namespace kiln::jit {
 
 struct MlaPrefillConfig {
     uint8_t tokens_per_cta = 0;  // device: 1, 2 or 4 (default 4)
-    uint8_t heads_per_cta = 0;   // device: tokens x heads is 8, 16, 24 or 32 query rows (default 8)
+    uint8_t heads_per_cta = 0;   // device: tokens x heads is 8, 16, 24 or 32 query rows (default 8; 32 rows with mma)
+    uint8_t mma = 0;             // device: 1 = bf16 tensor cores (mma.sync, templates/device/mla_attention_mma.cuh)
 };
 
 class MlaPrefillFamily final : public Family {
@@ -39,7 +41,8 @@ public:
     bool has_host_source() const override { return true; }
     HostSource host_source(const KernelDescriptor& d) const override;
 
-    static KernelDescriptor descriptor(int d_c, int d_r, Target target, int tokens_per_cta = 0, int heads_per_cta = 0);
+    static KernelDescriptor descriptor(int d_c, int d_r, Target target, int tokens_per_cta = 0, int heads_per_cta = 0,
+                                       bool mma = false);
 };
 
 // The checks of launch_mla_decode, then (num_seqs x token blocks of max_new_tokens x head blocks, splits).

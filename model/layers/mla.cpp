@@ -67,9 +67,9 @@ MlaLayer::MlaLayer(jit::Dispatcher& disp, runtime::Backend& backend, const MlaDi
     k_append_ = &disp.get(jit::MlaCacheAppendFamily::descriptor(target));
     k_absorb_q_ = &disp.get(jit::MlaAbsorbFamily::descriptor(jit::MlaAbsorbMode::q, target));
     k_absorb_out_ = &disp.get(jit::MlaAbsorbFamily::descriptor(jit::MlaAbsorbMode::out, target));
-    k_decode_ = &disp.get(jit::MlaDecodeFamily::descriptor(dc, dr, target, tuning.decode_heads_per_cta));
+    k_decode_ = &disp.get(jit::MlaDecodeFamily::descriptor(dc, dr, target, tuning.decode_heads_per_cta, tuning.decode_mma));
     k_prefill_ = &disp.get(jit::MlaPrefillFamily::descriptor(dc, dr, target, tuning.prefill_tokens_per_cta,
-                                                             tuning.prefill_heads_per_cta));
+                                                             tuning.prefill_heads_per_cta, tuning.prefill_mma));
     k_combine_ = &disp.get(jit::MlaCombineFamily::descriptor(target));
 
     const size_t rows = size_t(max_tokens) * size_t(dims.heads);

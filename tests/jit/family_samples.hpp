@@ -95,12 +95,18 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
         return {MlaAbsorbFamily::descriptor(MlaAbsorbMode::q, t), MlaAbsorbFamily::descriptor(MlaAbsorbMode::out, t)};
     if (family == MlaDecodeFamily::k_name) {
         std::vector<KernelDescriptor> v = {MlaDecodeFamily::descriptor(64, 16, t)};
-        if (!host) v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32));
+        if (!host) {
+            v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32));
+            v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32, true));
+        }
         return v;
     }
     if (family == MlaPrefillFamily::k_name) {
         std::vector<KernelDescriptor> v = {MlaPrefillFamily::descriptor(64, 16, t)};
-        if (!host) v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
+        if (!host) {
+            v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
+            v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 4, 8, true));
+        }
         return v;
     }
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");

@@ -224,6 +224,7 @@ struct AttnSpec {
     bool quick = true;
     bool device_only = false;  // K3-sized: the host target's reference would take too long
     int cfg_a = 0, cfg_b = 0;  // device CTA shape (0: the family's default)
+    bool mma = false;          // device: the tensor-core kernel
 };
 
 class AttentionCase final : public OpCase {
@@ -290,9 +291,10 @@ public:
     }
     std::string family() const override { return s_.family; }
     std::string name() const override {
-        return fmt::format("{}: page size {}, {} heads, d_c {} + d_r {}, seqs {}, {} piece(s) of {}{}", s_.family,
+        return fmt::format("{}: page size {}, {} heads, d_c {} + d_r {}, seqs {}, {} piece(s) of {}{}{}", s_.family,
                            s_.page_size, s_.heads, s_.d_c, s_.d_r, seqs_text(s_.seqs), splits_, split_keys_,
-                           s_.cfg_b || s_.cfg_a ? fmt::format(", cta {}x{}", s_.cfg_a, s_.cfg_b) : "");
+                           s_.cfg_b || s_.cfg_a ? fmt::format(", cta {}x{}", s_.cfg_a, s_.cfg_b) : "",
+                           s_.mma ? ", mma" : "");
     }
     bool runs_on(const test::TestBackend& b) const override {
         return !s_.device_only || b.backend->kind() == runtime::BackendKind::cuda;
@@ -302,8 +304,8 @@ public:
         prepare();
         const jit::Target t = mla_test::target_of(b);
         prefill_ = std::string(s_.family) == "mla_prefill";
-        k_ = prefill_ ? &b.disp->get(jit::MlaPrefillFamily::descriptor(s_.d_c, s_.d_r, t, s_.cfg_a, s_.cfg_b))
-                      : &b.disp->get(jit::MlaDecodeFamily::descriptor(s_.d_c, s_.d_r, t, s_.cfg_b));
+        k_ = prefill_ ? &b.disp->get(jit::MlaPrefillFamily::descriptor(s_.d_c, s_.d_r, t, s_.cfg_a, s_.cfg_b, s_.mma))
+                      : &b.disp->get(jit::MlaDecodeFamily::descriptor(s_.d_c, s_.d_r, t, s_.cfg_b, s_.mma));
         combine_ = &b.disp->get(jit::MlaCombineFamily::descriptor(t));
         arena_ = test::upload(*b.backend, kv_->image);
         q_d_ = test::upload(*b.backend, q_);
@@ -507,10 +509,20 @@ void add_mla_decode_cases(CaseList& out) {
     for (int bh : {8, 32})
         out.push_back(std::make_unique<AttentionCase>(
             AttnSpec{"mla_decode", 16, 40, 512, 64, {{700, 1}, {90, 1}}, 256, true, true, 0, bh}));
+    // the tensor-core kernel: K3's latent, a small one, partial head blocks, pieces
+    for (int ps : {1, 64}) {
+        out.push_back(std::make_unique<AttentionCase>(
+            AttnSpec{"mla_decode", ps, 40, 512, 64, {{700, 1}, {90, 1}, {0, 1}}, 256, true, true, 0, 0, true}));
+        out.push_back(std::make_unique<AttentionCase>(
+            AttnSpec{"mla_decode", ps, 6, 64, 16, {{0, 1}, {16, 1}, {300, 1}, {1023, 1}}, 128, true, true, 0, 0, true}));
+    }
     // bs 64 x 4k / 32k with all of K3's 96 heads (kiln bench op; sampled heads checked)
     out.push_back(std::make_unique<AttentionCase>(AttnSpec{"mla_decode", 64, 96, 512, 64, decodes(64, 4096), 0, false, true}));
     out.push_back(std::make_unique<AttentionCase>(AttnSpec{"mla_decode", 64, 96, 512, 64, decodes(64, 32768), 8192, false, true}));
     out.push_back(std::make_unique<AttentionCase>(AttnSpec{"mla_decode", 64, 96, 512, 64, decodes(8, 32768), 2048, false, true}));
+    for (int ctx : {4096, 32768})
+        out.push_back(std::make_unique<AttentionCase>(
+            AttnSpec{"mla_decode", 64, 96, 512, 64, decodes(64, ctx), 0, false, true, 0, 0, true}));
 }
 
 void add_mla_prefill_cases(CaseList& out) {
@@ -523,9 +535,16 @@ void add_mla_prefill_cases(CaseList& out) {
     for (auto [bt, bh] : {std::pair{1, 8}, std::pair{2, 16}, std::pair{4, 2}})
         out.push_back(std::make_unique<AttentionCase>(
             AttnSpec{"mla_prefill", 16, 10, 512, 64, {{300, 45}, {0, 9}, {77, 1}}, 0, true, true, bt, bh}));
+    for (int bt : {1, 4})
+        out.push_back(std::make_unique<AttentionCase>(AttnSpec{"mla_prefill", 16, 10, 512, 64,
+                                                               {{300, 45}, {0, 9}, {77, 1}}, 128, true, true, bt, 0, true}));
+    out.push_back(std::make_unique<AttentionCase>(
+        AttnSpec{"mla_prefill", 1, 6, 64, 16, {{0, 50}, {100, 37}, {5, 1}}, 64, true, true, 2, 0, true}));
     // a K3-sized chunk after a long prefix (kiln bench op; sampled heads checked)
     out.push_back(std::make_unique<AttentionCase>(
         AttnSpec{"mla_prefill", 64, 96, 512, 64, {{8192, 512}}, 0, false, true}));
+    out.push_back(std::make_unique<AttentionCase>(
+        AttnSpec{"mla_prefill", 64, 96, 512, 64, {{8192, 512}}, 0, false, true, 4, 0, true}));
 }
 
 void add_mla_combine_cases(CaseList& out) {
