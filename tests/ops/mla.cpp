@@ -44,9 +44,13 @@ int total_tokens(const std::vector<SeqSpec>& seqs) {
 }
 
 std::string seqs_text(const std::vector<SeqSpec>& seqs) {
+    if (seqs.size() > 6) {
+        int ctx = 0, tokens = 0;
+        for (const SeqSpec& q : seqs) ctx = std::max(ctx, q.start + q.tokens), tokens += q.tokens;
+        return fmt::format("{} seqs, {} new tokens, contexts up to {}", seqs.size(), tokens, ctx);
+    }
     std::string s;
-    for (size_t i = 0; i < seqs.size() && i < 6; ++i) s += fmt::format("{}{}+{}", i ? "," : "", seqs[i].start, seqs[i].tokens);
-    if (seqs.size() > 6) s += fmt::format(",... ({} sequences)", seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) s += fmt::format("{}{}+{}", i ? "," : "", seqs[i].start, seqs[i].tokens);
     return s;
 }
 
@@ -291,10 +295,9 @@ public:
     }
     std::string family() const override { return s_.family; }
     std::string name() const override {
-        return fmt::format("{}: page size {}, {} heads, d_c {} + d_r {}, seqs {}, {} piece(s) of {}{}{}", s_.family,
-                           s_.page_size, s_.heads, s_.d_c, s_.d_r, seqs_text(s_.seqs), splits_, split_keys_,
-                           s_.cfg_b || s_.cfg_a ? fmt::format(", cta {}x{}", s_.cfg_a, s_.cfg_b) : "",
-                           s_.mma ? ", mma" : "");
+        return fmt::format("{}{}: {} heads, d_c {} + d_r {}, page size {}, {} piece(s) of {}{}, seqs {}", s_.family,
+                           s_.mma ? " mma" : "", s_.heads, s_.d_c, s_.d_r, s_.page_size, splits_, split_keys_,
+                           s_.cfg_b || s_.cfg_a ? fmt::format(", cta {}x{}", s_.cfg_a, s_.cfg_b) : "", seqs_text(s_.seqs));
     }
     bool runs_on(const test::TestBackend& b) const override {
         return !s_.device_only || b.backend->kind() == runtime::BackendKind::cuda;

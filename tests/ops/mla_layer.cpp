@@ -60,10 +60,9 @@ public:
         for (size_t i = 0; i < s_.seqs.size(); ++i)
             seqs += fmt::format("{}{}+{}{}", i ? "," : "", s_.seqs[i].start, s_.seqs[i].tokens,
                                 s_.first.empty() ? "" : fmt::format("({}|{})", s_.first[i], s_.seqs[i].tokens - s_.first[i]));
-        return fmt::format("mla layer {}{}: {} heads, d_c {}, page size {}, seqs {}, gate {}, {} reference", s_.what,
-                           s_.mma ? " (mma)" : "",
-                           s_.dims.heads, s_.dims.kv_lora_rank, s_.page_size, seqs, s_.gate ? "on" : "off",
-                           s_.mode == ref::MlaMode::plain ? "plain" : "absorbed");
+        return fmt::format("mla layer {}{}: {} heads, d_c {}, page size {}, gate {}, {} reference, seqs {}", s_.what,
+                           s_.mma ? " (mma)" : "", s_.dims.heads, s_.dims.kv_lora_rank, s_.page_size,
+                           s_.gate ? "on" : "off", s_.mode == ref::MlaMode::plain ? "plain" : "absorbed", seqs);
     }
 
     void setup(test::TestBackend& b) override {
