@@ -35,6 +35,8 @@ public:
     KernelDescriptor canonicalize(const KernelDescriptor& d) const override;
     DeviceSource device_source(const KernelDescriptor& d) const override;
     uint32_t max_dynamic_smem(const KernelDescriptor& d) const override;
+    // All of the unified L1 as shared memory: the key ring and the queries (two CTAs per SM, or one with mma).
+    uint32_t preferred_smem_carveout(const KernelDescriptor&) const override { return 100; }
     bool has_host_source() const override { return true; }
     HostSource host_source(const KernelDescriptor& d) const override;
 
