@@ -8,7 +8,7 @@
 namespace kiln::jit {
 
 namespace {
-constexpr int k_threads = 256, k_q_tokens = 16, k_out_tokens = 8, k_out_cols = 64;  // mla_absorb.cuh
+constexpr int k_threads = 256, k_q_tokens = 32, k_out_tokens = 16, k_out_cols = 64;  // mla_absorb.cuh
 bool is_q(const KernelDescriptor& d) { return d.mode.view() == "q"; }
 }  // namespace
 

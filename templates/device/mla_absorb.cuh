@@ -1,9 +1,9 @@
 // mla_absorb: the per-head products with W_UK (mode q) and W_UV (mode out) of kv_b, batched over tokens
 // (templates/common/mla_absorb_params.h). CUDA-core fp32 FMAs, bf16 in and out.
-//   q:   a CTA is (head, 256 latent columns, 16 tokens): thread = column, the 16 query rows in shared memory,
+//   q:   a CTA is (head, 256 latent columns, 32 tokens): thread = column, the 32 query rows in shared memory,
 //        each W_UK row read once (coalesced) per CTA; the rope part is copied by the first column block.
-//   out: a CTA is (head, 64 value columns, 8 tokens): warp = value column (8 each), lanes split the latent
-//        (coalesced W_UV rows), the 8 latent rows in shared memory; warp sums, then the gate.
+//   out: a CTA is (head, 64 value columns, 16 tokens): warp = value column (8 each), lanes split the latent
+//        (coalesced W_UV rows), the 16 latent rows in shared memory; warp sums, then the gate.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,11 +17,11 @@ namespace mla {
 using kiln_params::mla::AbsorbParams;
 
 constexpr int kAbsorbThreads = 256;
-constexpr int kAbsorbQTokens = 16;
-constexpr int kAbsorbOutTokens = 8;
+constexpr int kAbsorbQTokens = 32;
+constexpr int kAbsorbOutTokens = 16;
 constexpr int kAbsorbOutCols = 64;
 
-// Dynamic shared memory: q 16 x d_n floats, out 8 x d_c floats.
+// Dynamic shared memory: q 32 x d_n floats, out 16 x d_c floats.
 __global__ void __launch_bounds__(kAbsorbThreads) mla_absorb_q(const AbsorbParams p) {
     extern __shared__ float qsm[];  // [kAbsorbQTokens][d_n]
     const int ncb = (p.d_c + kAbsorbThreads - 1) / kAbsorbThreads;
