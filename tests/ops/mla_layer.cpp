@@ -293,6 +293,9 @@ void add_mla_layer_cases(CaseList& out) {
     out.push_back(std::make_unique<MlaLayerCase>(LayerSpec{"long decode", k3_dims(4), 64, {{4095, 1}, {3000, 1}}}));
     out.push_back(std::make_unique<MlaLayerCase>(
         LayerSpec{"long decode in pieces", k3_dims(4), 16, {{4095, 1}, {3000, 1}, {33, 1}}, {}, true, MlaMode::absorbed, 256, 64}));
+    // K3's dims with 16 heads (a sixth of them, as under tensor parallelism): 8 decodes over up to 2k keys
+    out.push_back(std::make_unique<MlaLayerCase>(LayerSpec{
+        "k3 decode", k3_dims(16), 64, {{2047, 1}, {1500, 1}, {999, 1}, {64, 1}, {1, 1}, {1800, 1}, {700, 1}, {2000, 1}}}));
     // prefill chunks continuing a cached prefix (and a fresh prompt), two steps against the whole
     out.push_back(std::make_unique<MlaLayerCase>(
         LayerSpec{"chunked prefill", k3_dims(4), 16, {{300, 96}, {0, 70}}, {40, 30}, true, MlaMode::plain}));
