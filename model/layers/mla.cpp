@@ -41,9 +41,26 @@ int64_t expect_rows(const TensorView& t, const char* what, int64_t rows, int64_t
 
 }  // namespace
 
+MlaWorkspace::MlaWorkspace(runtime::Backend& backend, const MlaDims& dims, int max_tokens,
+                           const autotune::MlaTuning& tuning)
+    : backend_(backend), dims_(dims), max_tokens_(max_tokens) {
+    if (max_tokens < 1 || dims.heads < 1 || dims.kv_lora_rank < 1 || dims.qk_rope < 0)
+        throw InvalidArgument(fmt::format("mla workspace: max_tokens={}, heads={}, d_c={} must be positive", max_tokens,
+                                          dims.heads, dims.kv_lora_rank));
+    const size_t rows = size_t(max_tokens) * size_t(dims.heads);
+    qt = backend.alloc(rows * size_t(dims.cache_dim()) * 2);
+    latent_out = backend.alloc(rows * size_t(dims.kv_lora_rank) * 2);
+    if (tuning.partial_rows > 0 && tuning.max_splits > 1) {
+        partial_rows_ = tuning.partial_rows;
+        part_o = backend.alloc(size_t(tuning.partial_rows) * size_t(dims.kv_lora_rank) * 4);
+        part_lse = backend.alloc(size_t(tuning.partial_rows) * 4);
+    }
+}
+
 MlaLayer::MlaLayer(jit::Dispatcher& disp, runtime::Backend& backend, const MlaDims& dims,
-                   const forward::MemoryLayout& layout, int mla_layer, int max_tokens, const autotune::MlaTuning& tuning)
-    : backend_(backend), dims_(dims), tuning_(tuning), max_tokens_(max_tokens) {
+                   const forward::MemoryLayout& layout, int mla_layer, int max_tokens, const autotune::MlaTuning& tuning,
+                   std::shared_ptr<MlaWorkspace> workspace)
+    : backend_(backend), dims_(dims), tuning_(tuning), max_tokens_(max_tokens), ws_(std::move(workspace)) {
     autotune::validate(tuning);
     if (dims.heads < 1 || dims.qk_nope < 1 || dims.v_head < 1 || dims.qk_nope > jit::mla::k_max_latent ||
         dims.v_head > jit::mla::k_max_latent)
@@ -72,12 +89,22 @@ MlaLayer::MlaLayer(jit::Dispatcher& disp, runtime::Backend& backend, const MlaDi
                                                              tuning.prefill_heads_per_cta, tuning.prefill_mma));
     k_combine_ = &disp.get(jit::MlaCombineFamily::descriptor(target));
 
-    const size_t rows = size_t(max_tokens) * size_t(dims.heads);
-    qt_ = backend.alloc(rows * size_t(dims.cache_dim()) * 2);
-    latent_out_ = backend.alloc(rows * size_t(dc) * 2);
-    if (tuning.partial_rows > 0 && tuning.max_splits > 1) {
-        part_o_ = backend.alloc(size_t(tuning.partial_rows) * size_t(dc) * 4);
-        part_lse_ = backend.alloc(size_t(tuning.partial_rows) * 4);
+    if (!ws_) {
+        ws_ = std::make_shared<MlaWorkspace>(backend, dims, max_tokens, tuning);
+    } else {
+        const MlaDims& w = ws_->dims_;
+        if (&ws_->backend_ != &backend)
+            throw InvalidArgument("mla: the shared workspace belongs to another backend");
+        if (w.heads != dims.heads || w.kv_lora_rank != dims.kv_lora_rank || w.qk_rope != dims.qk_rope)
+            throw InvalidArgument(fmt::format("mla: the shared workspace is for {} heads, d_c {}, d_r {}; the layer has "
+                                              "{}, {}, {}",
+                                              w.heads, w.kv_lora_rank, w.qk_rope, dims.heads, dims.kv_lora_rank,
+                                              dims.qk_rope));
+        const int64_t want_rows = tuning.max_splits > 1 ? tuning.partial_rows : 0;
+        if (ws_->max_tokens_ < max_tokens || ws_->partial_rows_ < want_rows)
+            throw InvalidArgument(fmt::format("mla: the shared workspace holds {} tokens and {} partial rows, the layer "
+                                              "needs {} and {}",
+                                              ws_->max_tokens_, ws_->partial_rows_, max_tokens, want_rows));
     }
 }
 
@@ -99,7 +126,7 @@ MlaPlan MlaLayer::plan(const forward::StepIndexHost& idx) const {
     }
     const int64_t rows = int64_t(idx.num_tokens) * dims_.heads;
     autotune::MlaTuning t = tuning_;
-    if (!part_o_) t.max_splits = 1;
+    if (!ws_->part_o) t.max_splits = 1;
     const autotune::MlaSplit split = autotune::choose_mla_split(t, p.max_kv, ctas, rows, compute_units_);
     p.splits = split.splits;
     p.split_keys = split.split_keys;
@@ -154,7 +181,7 @@ void MlaLayer::run(const MlaPlan& p, const MlaTensors& t, const kiln_params::Ste
     kiln_params::mla::AbsorbParams qp{};
     qp.x = t.q.ptr<const uint16_t>();
     qp.kv_b = t.kv_b.ptr<const uint16_t>();
-    qp.y = qt_.as<uint16_t>();
+    qp.y = ws_->qt.as<uint16_t>();
     qp.num_tokens = p.tokens;
     qp.heads = H;
     qp.x_stride = H * dims_.qk_head();
@@ -166,10 +193,10 @@ void MlaLayer::run(const MlaPlan& p, const MlaTensors& t, const kiln_params::Ste
 
     kiln_params::mla::AttentionParams at{};
     at.idx = idx;
-    at.q = qt_.as<const uint16_t>();
-    at.out = latent_out_.as<uint16_t>();
-    at.part_o = part_o_ ? part_o_.as<float>() : nullptr;
-    at.part_lse = part_lse_ ? part_lse_.as<float>() : nullptr;
+    at.q = ws_->qt.as<const uint16_t>();
+    at.out = ws_->latent_out.as<uint16_t>();
+    at.part_o = ws_->part_o ? ws_->part_o.as<float>() : nullptr;
+    at.part_lse = ws_->part_lse ? ws_->part_lse.as<float>() : nullptr;
     at.layer_offset = layer_offset_;
     at.scale = static_cast<float>(1.0 / std::sqrt(double(dims_.qk_head())));
     at.heads = H;
@@ -177,7 +204,7 @@ void MlaLayer::run(const MlaPlan& p, const MlaTensors& t, const kiln_params::Ste
     at.split_keys = p.split_keys;
 
     kiln_params::mla::AbsorbParams op = qp;
-    op.x = latent_out_.as<const uint16_t>();
+    op.x = ws_->latent_out.as<const uint16_t>();
     op.gate = t.gate.data ? t.gate.ptr<const uint16_t>() : nullptr;
     op.y = t.out.ptr<uint16_t>();
     op.x_stride = H * dc;
@@ -198,7 +225,7 @@ void MlaLayer::run(const MlaPlan& p, const MlaTensors& t, const kiln_params::Ste
         cp.token_pos = idx.token_pos;
         cp.part_o = at.part_o;
         cp.part_lse = at.part_lse;
-        cp.out = latent_out_.as<uint16_t>();
+        cp.out = ws_->latent_out.as<uint16_t>();
         cp.num_tokens = p.tokens;
         cp.heads = H;
         cp.splits = p.splits;

@@ -17,11 +17,13 @@
 //   mla_combine       the pieces (only when split)
 //   mla_absorb out    o = W_UV ō per head, times sigmoid(g)
 // Scores are scaled by 1 / sqrt(d_n + d_r); nothing is rotated (NoPE). The KV pages are the arena's
-// (model/forward/memory_layout.hpp) at the step index's page table. The layer owns its workspace (the absorbed
-// queries, the latent outputs, the pieces' partial outputs); runs on one layer must be ordered (one stream).
+// (model/forward/memory_layout.hpp) at the step index's page table. The workspace (the absorbed queries, the
+// latent outputs, the pieces' partial outputs) is the layer's own, or an MlaWorkspace that the MLA layers of a
+// model share; runs on layers sharing one must be ordered (one stream).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "autotune/heuristics/mla.hpp"
@@ -62,12 +64,33 @@ struct MlaTensors {
     runtime::TensorView out;     // bf16 [T, heads x d_v]
 };
 
+// Scratch memory of MLA runs, sized for `max_tokens` new tokens of layers with `dims` and `tuning` (the
+// fp32 partial rows). K3 at 8192 tokens per step holds about 1.8 GB here, so a model keeps one for all its
+// MLA layers rather than one per layer.
+class MlaWorkspace {
+public:
+    MlaWorkspace(runtime::Backend& backend, const MlaDims& dims, int max_tokens, const autotune::MlaTuning& tuning);
+    int max_tokens() const { return max_tokens_; }
+    int64_t partial_rows() const { return partial_rows_; }
+    const MlaDims& dims() const { return dims_; }
+
+private:
+    friend class MlaLayer;
+    runtime::Backend& backend_;
+    MlaDims dims_;
+    int max_tokens_ = 0;
+    int64_t partial_rows_ = 0;
+    runtime::Buffer qt, latent_out, part_o, part_lse;
+};
+
 class MlaLayer {
 public:
     // Throws InvalidArgument when the dims do not fit the kernels or the layout (cache_dim, the MLA layer
-    // index), or for a tuning out of range.
+    // index), for a tuning out of range, or for a shared workspace of other dims, another backend, or less
+    // room than max_tokens and the tuning's partial rows. Without a workspace the layer allocates its own.
     MlaLayer(jit::Dispatcher& disp, runtime::Backend& backend, const MlaDims& dims, const forward::MemoryLayout& layout,
-             int mla_layer, int max_tokens, const autotune::MlaTuning& tuning = autotune::default_mla_tuning());
+             int mla_layer, int max_tokens, const autotune::MlaTuning& tuning = autotune::default_mla_tuning(),
+             std::shared_ptr<MlaWorkspace> workspace = nullptr);
     MlaLayer(const MlaLayer&) = delete;
     MlaLayer& operator=(const MlaLayer&) = delete;
 
@@ -98,7 +121,7 @@ private:
     const jit::LoadedKernel* k_decode_ = nullptr;
     const jit::LoadedKernel* k_prefill_ = nullptr;
     const jit::LoadedKernel* k_combine_ = nullptr;
-    runtime::Buffer qt_, latent_out_, part_o_, part_lse_;
+    std::shared_ptr<MlaWorkspace> ws_;
 };
 
 }  // namespace kiln::model::layers

@@ -124,6 +124,21 @@ TEST_CASE("the plan launches decode for single tokens and prefill for chunks; ma
     CHECK_THROWS_AS(MlaLayer(*b->disp, *b->backend, MlaDims{4, 96, 32, 16, 48}, layout_of(112, 16), 0, 100),
                     InvalidArgument);
 
+    // a shared workspace: two layers of one model use it; one of other dims or with less room is refused
+    auto ws = std::make_shared<kiln::model::layers::MlaWorkspace>(*b->backend, dims, 100, MlaTuning{});
+    forward::MemoryLayout two = layout_of(80, 16);
+    two.mla_offset = {0, two.page_bytes};
+    two.page_bytes *= 2;
+    MlaLayer first(*b->disp, *b->backend, dims, two, 0, 100, MlaTuning{}, ws);
+    MlaLayer second(*b->disp, *b->backend, dims, two, 1, 64, MlaTuning{}, ws);
+    CHECK(second.plan(step({{3, 64}}, 16)).prefill);
+    CHECK_THROWS_AS(MlaLayer(*b->disp, *b->backend, dims, two, 1, 101, MlaTuning{}, ws), InvalidArgument);
+    CHECK_THROWS_AS(MlaLayer(*b->disp, *b->backend, MlaDims{8, 64, 32, 16, 48}, two, 1, 10, MlaTuning{}, ws),
+                    InvalidArgument);
+    MlaTuning more;
+    more.partial_rows = MlaTuning{}.partial_rows * 2;
+    CHECK_THROWS_AS(MlaLayer(*b->disp, *b->backend, dims, two, 1, 10, more, ws), InvalidArgument);
+
     // run: tensors of the wrong shape and a step index of another plan are refused before anything runs
     const auto idx_host = step({{10, 1}, {40, 20}}, 16);
     p = layer.plan(idx_host);
