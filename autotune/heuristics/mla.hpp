@@ -8,9 +8,10 @@ namespace kiln::autotune {
 
 struct MlaTuning {
     // device: the bf16 tensor-core attention kernels (mma.sync, 32 query rows per CTA) instead of CUDA-core FMAs
-    bool decode_mma = false;
-    bool prefill_mma = false;
-    int decode_heads_per_cta = 16;   // mla_decode query heads per CTA: 8, 16, 24, 32 (32 with decode_mma)
+    // (the layer takes the FMA kernels where d_c + d_r is not a multiple of 16)
+    bool decode_mma = true;
+    bool prefill_mma = true;
+    int decode_heads_per_cta = 32;   // mla_decode query heads per CTA: 8, 16, 24, 32 (32 with decode_mma)
     int prefill_tokens_per_cta = 4;  // mla_prefill: 1, 2, 4 tokens of a sequence per CTA ...
     int prefill_heads_per_cta = 8;   // ... times this many heads: 8, 16, 24 or 32 rows (32 with prefill_mma)
     int target_ctas_per_cu = 2;      // the context is split until the attention launches this many CTAs per unit

@@ -84,9 +84,11 @@ MlaLayer::MlaLayer(jit::Dispatcher& disp, runtime::Backend& backend, const MlaDi
     k_append_ = &disp.get(jit::MlaCacheAppendFamily::descriptor(target));
     k_absorb_q_ = &disp.get(jit::MlaAbsorbFamily::descriptor(jit::MlaAbsorbMode::q, target));
     k_absorb_out_ = &disp.get(jit::MlaAbsorbFamily::descriptor(jit::MlaAbsorbMode::out, target));
-    k_decode_ = &disp.get(jit::MlaDecodeFamily::descriptor(dc, dr, target, tuning.decode_heads_per_cta, tuning.decode_mma));
+    const bool mma_ok = !host && (dc + dr) % 16 == 0;  // the tensor-core kernels' k-steps
+    k_decode_ = &disp.get(jit::MlaDecodeFamily::descriptor(dc, dr, target, tuning.decode_heads_per_cta,
+                                                           tuning.decode_mma && mma_ok));
     k_prefill_ = &disp.get(jit::MlaPrefillFamily::descriptor(dc, dr, target, tuning.prefill_tokens_per_cta,
-                                                             tuning.prefill_heads_per_cta, tuning.prefill_mma));
+                                                             tuning.prefill_heads_per_cta, tuning.prefill_mma && mma_ok));
     k_combine_ = &disp.get(jit::MlaCombineFamily::descriptor(target));
 
     if (!ws_) {

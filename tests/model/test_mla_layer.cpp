@@ -20,7 +20,10 @@ namespace forward = kiln::model::forward;
 TEST_CASE("context pieces: none where the CTAs fill the device, more for few long sequences, within the limits") {
     const MlaTuning t;
     // bs 64, 96 heads in blocks of 16: 384 CTAs on 132 SMs
-    auto s = choose_mla_split(t, 4096, 64 * 6, 64 * 96, 132);
+    MlaTuning fma = t;
+    fma.decode_mma = false;
+    fma.decode_heads_per_cta = 16;
+    auto s = choose_mla_split(fma, 4096, 64 * 6, 64 * 96, 132);
     CHECK(s.splits == 1);
     CHECK(s.split_keys == 4096);
     // bs 4 x 32k: 24 CTAs, 11 pieces bring them to 2 per SM
@@ -55,8 +58,13 @@ TEST_CASE("tunings out of range are refused, naming the field") {
     t.decode_heads_per_cta = 12;
     CHECK(message(t).find("decode_heads_per_cta=12") != std::string::npos);
     t = {};
-    t.decode_mma = true;
+    t.decode_heads_per_cta = 16;
     CHECK(message(t).find("decode_mma needs decode_heads_per_cta=32") != std::string::npos);
+    t.decode_mma = false;
+    CHECK(message(t).empty());
+    t = {};
+    t.prefill_heads_per_cta = 4;
+    CHECK(message(t).find("prefill_mma needs 32 rows, not 4 x 4") != std::string::npos);
     t = {};
     t.min_split_keys = 100;
     CHECK(message(t).find("min_split_keys=100") != std::string::npos);

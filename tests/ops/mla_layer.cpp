@@ -42,7 +42,7 @@ struct LayerSpec {
     ref::MlaMode mode = ref::MlaMode::absorbed;
     int min_split_keys = 0;      // tuning overrides (0: the default)
     int target_ctas_per_cu = 0;
-    bool mma = false;  // device: the tensor-core attention kernels (a device-only case)
+    bool fma = false;  // device: the CUDA-core attention kernels instead of the default tensor-core ones
 };
 
 MlaDims k3_dims(int heads) { return {heads, 512, 128, 64, 128}; }
@@ -53,7 +53,7 @@ public:
     explicit MlaLayerCase(LayerSpec spec) : s_(std::move(spec)) {}
     std::string family() const override { return "mla"; }
     bool runs_on(const test::TestBackend& b) const override {
-        return !s_.mma || b.backend->kind() == runtime::BackendKind::cuda;
+        return !s_.fma || b.backend->kind() == runtime::BackendKind::cuda;
     }
     std::string name() const override {
         std::string seqs;
@@ -61,7 +61,7 @@ public:
             seqs += fmt::format("{}{}+{}{}", i ? "," : "", s_.seqs[i].start, s_.seqs[i].tokens,
                                 s_.first.empty() ? "" : fmt::format("({}|{})", s_.first[i], s_.seqs[i].tokens - s_.first[i]));
         return fmt::format("mla layer {}{}: {} heads, d_c {}, page size {}, gate {}, {} reference, seqs {}", s_.what,
-                           s_.mma ? " (mma)" : "", s_.dims.heads, s_.dims.kv_lora_rank, s_.page_size,
+                           s_.fma ? " (fma)" : "", s_.dims.heads, s_.dims.kv_lora_rank, s_.page_size,
                            s_.gate ? "on" : "off", s_.mode == ref::MlaMode::plain ? "plain" : "absorbed", seqs);
     }
 
@@ -70,9 +70,9 @@ public:
         autotune::MlaTuning tuning = autotune::default_mla_tuning();
         if (s_.min_split_keys) tuning.min_split_keys = s_.min_split_keys;
         if (s_.target_ctas_per_cu) tuning.target_ctas_per_cu = s_.target_ctas_per_cu;
-        if (s_.mma) {
-            tuning.decode_mma = tuning.prefill_mma = true;
-            tuning.decode_heads_per_cta = 32;
+        if (s_.fma) {
+            tuning.decode_mma = tuning.prefill_mma = false;
+            tuning.decode_heads_per_cta = 16;
         }
         int max_tokens = 0;
         for (const StepData& st : steps_) max_tokens = std::max(max_tokens, st.tokens);
@@ -312,7 +312,7 @@ void add_mla_layer_cases(CaseList& out) {
         LayerSpec{"mixed batch", small_dims(), 64, {{10, 20}, {63, 1}, {130, 3}}, {5, 1, 2}, false, MlaMode::plain}));
     out.push_back(std::make_unique<MlaLayerCase>(
         LayerSpec{"gate off", k3_dims(2), 16, {{31, 1}, {7, 9}}, {}, false, MlaMode::absorbed}));
-    // the tensor-core attention kernels (device): a mixed batch, and a chunked prefill in pieces
+    // the CUDA-core attention kernels (device): a mixed batch, and a chunked prefill in pieces
     out.push_back(std::make_unique<MlaLayerCase>(LayerSpec{"mixed batch", k3_dims(4), 16,
                                                            {{50, 1}, {1000, 1}, {128, 64}, {0, 33}}, {}, true,
                                                            MlaMode::plain, 0, 0, true}));
