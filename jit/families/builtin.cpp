@@ -6,6 +6,11 @@
 #include "jit/families/embedding.hpp"
 #include "jit/families/glu.hpp"
 #include "jit/families/linear.hpp"
+#include "jit/families/mla_absorb.hpp"
+#include "jit/families/mla_cache_append.hpp"
+#include "jit/families/mla_combine.hpp"
+#include "jit/families/mla_decode.hpp"
+#include "jit/families/mla_prefill.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -36,6 +41,11 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<RouterFamily>());
     r.add(std::make_unique<LinearFamily>());
     r.add(std::make_unique<SampleFamily>());
+    r.add(std::make_unique<MlaCacheAppendFamily>());
+    r.add(std::make_unique<MlaAbsorbFamily>());
+    r.add(std::make_unique<MlaDecodeFamily>());
+    r.add(std::make_unique<MlaPrefillFamily>());
+    r.add(std::make_unique<MlaCombineFamily>());
 }
 
 }  // namespace kiln::jit

@@ -14,6 +14,11 @@
 #include "jit/families/embedding.hpp"
 #include "jit/families/glu.hpp"
 #include "jit/families/linear.hpp"
+#include "jit/families/mla_absorb.hpp"
+#include "jit/families/mla_cache_append.hpp"
+#include "jit/families/mla_combine.hpp"
+#include "jit/families/mla_decode.hpp"
+#include "jit/families/mla_prefill.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -114,6 +119,18 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
         return v;
     }
     if (family == SampleFamily::k_name) return {SampleFamily::descriptor(t)};
+    if (family == MlaCacheAppendFamily::k_name) return {MlaCacheAppendFamily::descriptor(t)};
+    if (family == MlaCombineFamily::k_name) return {MlaCombineFamily::descriptor(t)};
+    if (family == MlaAbsorbFamily::k_name)
+        return {MlaAbsorbFamily::descriptor(MlaAbsorbMode::q, t), MlaAbsorbFamily::descriptor(MlaAbsorbMode::out, t)};
+    if (family == MlaDecodeFamily::k_name) {
+        std::vector<KernelDescriptor> v = {MlaDecodeFamily::descriptor(64, 16, t)};
+            v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32));
+            v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32, true));
+    if (family == MlaPrefillFamily::k_name) {
+        std::vector<KernelDescriptor> v = {MlaPrefillFamily::descriptor(64, 16, t)};
+            v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
+            v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 4, 8, true));
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};
 }

@@ -48,6 +48,8 @@ TEST_CASE("kiln jit families lists the built-in families") {
             CHECK(f["config"][0]["choices"][1] == "down");
             CHECK(f["device_only"] == false);
         }
+    for (const auto& f : fams)
+        if (f["family"] == "moe_routing") CHECK(f["modes"][0] == "indexed");
     CHECK(decode);
 }
 

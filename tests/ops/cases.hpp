@@ -1,4 +1,4 @@
-// The case files of tests/ops, one per family (and one for the moe_w4a16 layer as a whole).
+// The case files of tests/ops, one per family (and one for the moe_w4a16 and mla layers as a whole).
 #pragma once
 
 #include "tests/ops/op_case.hpp"
@@ -22,5 +22,11 @@ void add_router_cases(CaseList& out);
 void add_linear_cases(CaseList& out);
 void add_sample_cases(CaseList& out);
 void add_linear_layer_cases(CaseList& out);
+void add_mla_cache_append_cases(CaseList& out);
+void add_mla_absorb_cases(CaseList& out);
+void add_mla_decode_cases(CaseList& out);
+void add_mla_prefill_cases(CaseList& out);
+void add_mla_combine_cases(CaseList& out);
+void add_mla_layer_cases(CaseList& out);
 
 }  // namespace kiln::ops

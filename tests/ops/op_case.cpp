@@ -33,6 +33,12 @@ const FamilyCases k_families[] = {
     {"linear", add_linear_cases},
     {"sample", add_sample_cases},
     {"linear_layer", add_linear_layer_cases},
+    {"mla_cache_append", add_mla_cache_append_cases},
+    {"mla_absorb", add_mla_absorb_cases},
+    {"mla_decode", add_mla_decode_cases},
+    {"mla_prefill", add_mla_prefill_cases},
+    {"mla_combine", add_mla_combine_cases},
+    {"mla", add_mla_layer_cases},
 };
 
 }  // namespace

@@ -62,6 +62,12 @@ TEST_CASE("router") { run_family("router"); }
 TEST_CASE("linear") { run_family("linear"); }
 TEST_CASE("sample") { run_family("sample"); }
 TEST_CASE("linear_layer") { run_family("linear_layer"); }
+TEST_CASE("mla_cache_append") { run_family("mla_cache_append"); }
+TEST_CASE("mla_absorb") { run_family("mla_absorb"); }
+TEST_CASE("mla_decode") { run_family("mla_decode"); }
+TEST_CASE("mla_prefill") { run_family("mla_prefill"); }
+TEST_CASE("mla_combine") { run_family("mla_combine"); }
+TEST_CASE("mla") { run_family("mla"); }
 
 TEST_CASE("every family has a test case above") {
     const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
@@ -69,6 +75,8 @@ TEST_CASE("every family has a test case above") {
                             "moe_w4a16",         "rmsnorm",           "glu",                    "embedding",
                             "attn_res",          "router",            "linear",                 "sample",
                             "linear_layer"};
+                            "moe_w4a16",         "mla_cache_append",  "mla_absorb",             "mla_decode",
+                            "mla_prefill",       "mla_combine",       "mla"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
