@@ -2,6 +2,10 @@
 #include <memory>
 
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/kda_chunk.hpp"
+#include "jit/families/kda_decode.hpp"
+#include "jit/families/kda_out_norm.hpp"
+#include "jit/families/kda_prep.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -22,6 +26,10 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<MoeW4A16PrefillFamily>());
     r.add(std::make_unique<MoeW4A16CombineFamily>());
     r.add(std::make_unique<MoeW4A16DequantFamily>());
+    r.add(std::make_unique<KdaPrepFamily>());
+    r.add(std::make_unique<KdaChunkFamily>());
+    r.add(std::make_unique<KdaDecodeFamily>());
+    r.add(std::make_unique<KdaOutNormFamily>());
 }
 
 }  // namespace kiln::jit

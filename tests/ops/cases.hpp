@@ -14,5 +14,10 @@ void add_moe_w4a16_prefill_cases(CaseList& out);
 void add_moe_w4a16_combine_cases(CaseList& out);
 void add_moe_w4a16_dequant_cases(CaseList& out);
 void add_moe_w4a16_cases(CaseList& out);
+void add_kda_prep_cases(CaseList& out);
+void add_kda_chunk_cases(CaseList& out);
+void add_kda_decode_cases(CaseList& out);
+void add_kda_out_norm_cases(CaseList& out);
+void add_kda_cases(CaseList& out);
 
 }  // namespace kiln::ops

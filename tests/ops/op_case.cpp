@@ -25,6 +25,11 @@ const FamilyCases k_families[] = {
     {"moe_w4a16_combine", add_moe_w4a16_combine_cases},
     {"moe_w4a16_dequant", add_moe_w4a16_dequant_cases},
     {"moe_w4a16", add_moe_w4a16_cases},
+    {"kda_prep", add_kda_prep_cases},
+    {"kda_chunk", add_kda_chunk_cases},
+    {"kda_decode", add_kda_decode_cases},
+    {"kda_out_norm", add_kda_out_norm_cases},
+    {"kda", add_kda_cases},
 };
 
 }  // namespace

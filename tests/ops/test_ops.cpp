@@ -54,11 +54,17 @@ TEST_CASE("moe_w4a16_decode") { run_family("moe_w4a16_decode"); }
 TEST_CASE("moe_w4a16_decode_fused") { run_family("moe_w4a16_decode_fused"); }
 TEST_CASE("moe_w4a16_prefill") { run_family("moe_w4a16_prefill"); }
 TEST_CASE("moe_w4a16") { run_family("moe_w4a16"); }
+TEST_CASE("kda_prep") { run_family("kda_prep"); }
+TEST_CASE("kda_chunk") { run_family("kda_chunk"); }
+TEST_CASE("kda_decode") { run_family("kda_decode"); }
+TEST_CASE("kda_out_norm") { run_family("kda_out_norm"); }
+TEST_CASE("kda") { run_family("kda"); }
 
 TEST_CASE("every family has a test case above") {
     const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
                             "moe_w4a16_combine", "moe_w4a16_decode",  "moe_w4a16_decode_fused", "moe_w4a16_prefill",
-                            "moe_w4a16"};
+                            "moe_w4a16",         "kda_prep",          "kda_chunk",              "kda_decode",
+                            "kda_out_norm",      "kda"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
