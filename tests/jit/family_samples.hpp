@@ -10,6 +10,10 @@
 #include <vector>
 
 #include "jit/families/dequant_gemv.hpp"
+#include "jit/families/kda_chunk.hpp"
+#include "jit/families/kda_decode.hpp"
+#include "jit/families/kda_out_norm.hpp"
+#include "jit/families/kda_prep.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -84,6 +88,18 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
     if (family == MoeW4A16CombineFamily::k_name) return {MoeW4A16CombineFamily::descriptor(t)};
     if (family == MoeW4A16DequantFamily::k_name)
         return {MoeW4A16DequantFamily::descriptor(gu, t), MoeW4A16DequantFamily::descriptor(gu4, t)};
+    if (family == KdaPrepFamily::k_name) {
+        std::vector<KernelDescriptor> v = {KdaPrepFamily::descriptor(128, t), KdaPrepFamily::descriptor(32, t)};
+        if (!host) v.push_back(KdaPrepFamily::descriptor(64, t, 4));
+        return v;
+    }
+    if (family == KdaChunkFamily::k_name) return {KdaChunkFamily::descriptor(128, t), KdaChunkFamily::descriptor(32, t)};
+    if (family == KdaDecodeFamily::k_name) {
+        std::vector<KernelDescriptor> v = {KdaDecodeFamily::descriptor(128, t), KdaDecodeFamily::descriptor(64, t)};
+        if (!host) v.push_back(KdaDecodeFamily::descriptor(128, t, 4));
+        return v;
+    }
+    if (family == KdaOutNormFamily::k_name) return {KdaOutNormFamily::descriptor(128, t)};
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};
 }

@@ -21,16 +21,17 @@ TEST_CASE("registry: explicit registration, lookup, duplicates refused") {
     CHECK(r.list().empty());
     CHECK_THROWS_AS(r.get("moe_routing"), kiln::NotFound);
     register_builtin_families(r);
-    CHECK(r.list().size() == 8);
+    CHECK(r.list().size() == 12);
     CHECK(r.list()[0]->name() == "dequant_gemv");
-    CHECK(r.list()[7]->name() == "moe_w4a16_route");
+    CHECK(r.list()[11]->name() == "moe_w4a16_route");
     CHECK(r.get("moe_routing").name() == "moe_routing");
     CHECK_THROWS_AS(r.add(std::make_unique<MoeRoutingFamily>()), kiln::InvalidArgument);
     try {
         r.get("moe_grouped");
         FAIL("expected NotFound");
     } catch (const kiln::NotFound& e) {
-        CHECK(std::string(e.what()).find("(registered: dequant_gemv, moe_routing, moe_w4a16_combine, moe_w4a16_decode, "
+        CHECK(std::string(e.what()).find("(registered: dequant_gemv, kda_chunk, kda_decode, kda_out_norm, kda_prep, moe_routing, "
+                                         "moe_w4a16_combine, moe_w4a16_decode, "
                                          "moe_w4a16_decode_fused, moe_w4a16_dequant, moe_w4a16_prefill, "
                                          "moe_w4a16_route)") != std::string::npos);
     }

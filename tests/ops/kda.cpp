@@ -12,6 +12,7 @@
 //   delta-rule output o, fp32 states          1e-4   fp32 chunk / recurrent forms against the fp64-accumulated
 //                                                    recurrence (a 1% error in one entry of A exceeds it)
 //   bf16 layer output                         5e-3   one bf16 rounding (about 2e-3) on top
+//   o_proj(output), final state against ref::kda_forward (fp32 projections there)   1e-2
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,6 +48,8 @@ using runtime::float_to_bf16;
 constexpr int kHist = 3;  // conv 4
 constexpr double kTolAct = 1e-5, kTolO = 1e-4, kTolState = 1e-4, kTolOut = 5e-3;
 constexpr float kNormEps = 1e-5f;
+// The whole layer against ref::kda_forward, whose projections stay fp32 (here they are rounded to bf16).
+constexpr double kTolForward = 1e-2;
 
 enum class Mode { layer, prep, chunk, decode, out_norm };
 const char* family_of(Mode m) {
@@ -77,6 +80,8 @@ struct Scenario {
     bool quick = true;
     bool decode_kernel = true;
     bool a_log_check = false;         // also show that the per-channel A_log reading is told apart
+    int hidden = 0;                   // > 0: inputs are projections of x [T, hidden] and the layer (with o_proj
+                                      // applied) is also checked against ref::kda_forward
     uint64_t seed = 1;
     std::vector<SeqSpec> seqs;
     std::vector<std::vector<StepSeq>> steps;
@@ -93,6 +98,8 @@ struct SeqData {
     std::vector<double> o, out;                      // [total, HK]
     std::vector<float> S_end;
     std::map<int, std::vector<float>> S_at;
+    std::vector<double> y;            // hidden > 0: ref::kda_forward's output [total, hidden]
+    std::vector<float> S_forward;     // and its final state
     // conv state after `e` of the tokens (e relative to start)
     std::vector<uint16_t> conv_after(int e, int HK) const {
         std::vector<uint16_t> c(size_t(3) * kHist * HK);
@@ -303,6 +310,8 @@ private:
     };
     int HK() const { return sc_.H * sc_.K; }
     void build();
+    void make_forward_weights(std::mt19937_64& rng);
+    void forward_reference(SeqData& d, std::mt19937_64& rng);
     void run_step(test::TestBackend& b, StepData& s, const kiln_params::StepIndex& idx);
     std::vector<std::string> compare_states(const std::vector<uint8_t>& arena) const;
 
@@ -316,6 +325,7 @@ private:
     std::vector<uint8_t> arena_image_;
     int max_tokens_ = 0;
     double alt_error_ = 0;  // per-channel A_log reading's output error (a_log_check)
+    ref::KdaWeights kw_;    // hidden > 0: the whole layer's weights
     std::unique_ptr<model::layers::KdaLayer> layer_;
     const jit::LoadedKernel* kernel_ = nullptr;
     runtime::Buffer arena_, conv_w_[3], dt_bias_, a_log_, o_norm_;
@@ -342,6 +352,7 @@ void KdaCase::build() {
     for (auto& v : w_.a_log) v = sc_.near_bound ? nz(0.5f, 1.5f) : nz(-1.5f, 1.0f);
     w_.o_norm.resize(K);
     for (auto& v : w_.o_norm) v = nz(0.5f, 1.5f);
+    if (sc_.hidden > 0) make_forward_weights(rng);
 
     // Sequence lengths over all steps; snapshot positions.
     const int N = int(sc_.seqs.size());
@@ -367,10 +378,12 @@ void KdaCase::build() {
             }
             return v;
         };
-        for (int x = 0; x < 3; ++x) d.raw[x] = bf(T * HK, 1.0f);
-        d.z = bf(T * HK, 1.0f);
-        d.beta_raw = bf(T * H, 1.5f);
-        d.gate = bf(T * HK, 1.5f);
+        if (sc_.hidden == 0) {
+            for (int x = 0; x < 3; ++x) d.raw[x] = bf(T * HK, 1.0f);
+            d.z = bf(T * HK, 1.0f);
+            d.beta_raw = bf(T * H, 1.5f);
+            d.gate = bf(T * HK, 1.5f);
+        }
         if (sc_.seqs[s].fresh) {
             d.S0.assign(size_t(H) * K * K, 0.0f);
             d.conv0.assign(size_t(3) * kHist * HK, 0);
@@ -379,6 +392,7 @@ void KdaCase::build() {
             for (auto& v : d.S0) v = nz(-0.3f, 0.3f);
             d.conv0 = bf(size_t(3) * kHist * HK, 1.0f);
         }
+        if (sc_.hidden > 0) forward_reference(d, rng);
         reference(sc_, w_, d, snap_pos[s], false);
     }
 
@@ -472,6 +486,66 @@ void KdaCase::build() {
         }
         alt_error_ = std::sqrt(num / den);
     }
+}
+
+void KdaCase::make_forward_weights(std::mt19937_64& rng) {
+    const size_t d = size_t(sc_.hidden), H = size_t(sc_.H), K = size_t(sc_.K), W = H * K;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto mat = [&](size_t r, size_t c, float scale) {
+        ref::Matrix m(r, c);
+        for (auto& v : m.data) v = scale * nd(rng);
+        return m;
+    };
+    const float in = 1.0f / std::sqrt(float(d));
+    kw_.q_proj = mat(W, d, in);
+    kw_.k_proj = mat(W, d, in);
+    kw_.v_proj = mat(W, d, in);
+    kw_.q_conv = ref::Matrix(W, 4, w_.conv[0]);
+    kw_.k_conv = ref::Matrix(W, 4, w_.conv[1]);
+    kw_.v_conv = ref::Matrix(W, 4, w_.conv[2]);
+    kw_.f_a = mat(K, d, in);
+    kw_.f_b = mat(W, K, 1.0f / std::sqrt(float(K)));
+    kw_.dt_bias = w_.dt_bias;
+    kw_.A_log = w_.a_log;
+    kw_.b_proj = mat(H, d, 1.5f * in);
+    kw_.g_proj = mat(W, d, 1.5f * in);
+    kw_.o_norm = w_.o_norm;
+    kw_.o_proj = mat(d, W, 1.0f / std::sqrt(float(W)));
+}
+
+// Inputs from x through the projections (rounded to bf16, as the projection GEMMs return them), and the
+// model reference's output y and state for the same x and prior state.
+void KdaCase::forward_reference(SeqData& d, std::mt19937_64& rng) {
+    const int H = sc_.H, K = sc_.K, HK = H * K;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    ref::Matrix x(size_t(d.total), size_t(sc_.hidden));
+    for (auto& v : x.data) v = nd(rng);
+    auto to_bf16 = [](const ref::Matrix& m) {
+        std::vector<uint16_t> b(m.data.size());
+        for (size_t i = 0; i < b.size(); ++i) b[i] = float_to_bf16(m.data[i]);
+        return b;
+    };
+    d.raw[0] = to_bf16(ref::linear(kw_.q_proj, x));
+    d.raw[1] = to_bf16(ref::linear(kw_.k_proj, x));
+    d.raw[2] = to_bf16(ref::linear(kw_.v_proj, x));
+    d.z = to_bf16(ref::linear(kw_.f_b, ref::linear(kw_.f_a, x)));
+    d.beta_raw = to_bf16(ref::linear(kw_.b_proj, x));
+    d.gate = to_bf16(ref::linear(kw_.g_proj, x));
+    ref::KdaDims dims;
+    dims.hidden = size_t(sc_.hidden);
+    dims.heads = size_t(H);
+    dims.head_dim = size_t(K);
+    dims.gate_lower_bound = sc_.lb;
+    dims.norm_eps = kNormEps;
+    kw_.validate(dims);
+    ref::KdaState st = ref::KdaState::zeros(dims);
+    for (int c = 0; c < 3; ++c)
+        for (int r = 0; r < kHist; ++r)
+            for (int ch = 0; ch < HK; ++ch) st.conv[c].at(r, ch) = bf16_to_float(d.conv0[(size_t(c) * kHist + r) * HK + ch]);
+    st.S = d.S0;
+    const ref::Matrix y = ref::kda_forward(kw_, dims, st, x, ref::KdaMode::recurrent);
+    d.y.assign(y.data.begin(), y.data.end());
+    d.S_forward = st.S;
 }
 
 void KdaCase::run_step(test::TestBackend& b, StepData& s, const kiln_params::StepIndex& idx) {
@@ -581,6 +655,12 @@ std::vector<std::string> KdaCase::compare_states(const std::vector<uint8_t>& are
     const bool conv = mode_ == Mode::layer || mode_ == Mode::prep;
     for (size_t s = 0; s < data_.size(); ++s) {
         if (state) f32_cmp(state_at(int(s)), data_[s].S_end, fmt::format("sequence {}: state after the steps", s));
+        if (mode_ == Mode::layer && sc_.hidden > 0) {
+            std::vector<double> w(data_[s].S_forward.begin(), data_[s].S_forward.end());
+            const test::OutputError e = test::f32_error(state_at(int(s)), w);
+            if (!e.within(kTolForward))
+                bad.push_back(fmt::format("sequence {}: state against ref::kda_forward: {} (bound {})", s, e.describe(), kTolForward));
+        }
         if (conv && conv_at(int(s)) != data_[s].conv_after(data_[s].total, HK))
             bad.push_back(fmt::format("sequence {}: conv state after the steps differs", s));
     }
@@ -626,6 +706,18 @@ std::vector<std::string> KdaCase::check(test::TestBackend& b) {
             const auto w = want([&](const SeqData& d, size_t o, int c) { return d.out[o * HK + c]; }, HK);
             const test::OutputError e = test::bf16_error(got, w);
             report(e, kTolOut, "output");
+            if (sc_.hidden > 0) {
+                // o_proj over the layer's output against ref::kda_forward (fp32 projections there, bf16 here).
+                const size_t D = size_t(sc_.hidden);
+                std::vector<float> y(size_t(s.tokens) * D);
+                std::vector<float> row(HK);
+                for (int r = 0; r < s.tokens; ++r) {
+                    for (int c = 0; c < HK; ++c) row[c] = bf16_to_float(got[size_t(r) * HK + c]);
+                    ref::matvec(kw_.o_proj, row.data(), y.data() + size_t(r) * D);
+                }
+                const auto wy = want([&](const SeqData& d, size_t o, int c) { return d.y[o * D + c]; }, int(D));
+                report(test::f32_error(y, wy), kTolForward, "o_proj(output) against ref::kda_forward");
+            }
             if (sc_.a_log_check && !(alt_error_ > 10 * kTolOut))
                 bad.push_back(fmt::format("the per-channel A_log reading is only {:.3g} away: the case cannot tell it apart", alt_error_));
         }
@@ -807,6 +899,14 @@ void add_kda_cases(CaseList& out) {
     out.push_back(std::make_unique<KdaCase>(
         Mode::layer, pieces("300 tokens in steps of 100, 1, 1, 72, 126", 2, 64, 10, false, {100, 1, 1, 72, 126}, 56)));
     out.push_back(std::make_unique<KdaCase>(Mode::layer, pieces("1000 tokens, fresh", 4, 128, 0, true, {1000}, 57)));
+    // The whole layer (with the projections around it) against the model reference, over two steps.
+    for (bool softplus : {false, true}) {
+        Scenario fw = pieces(softplus ? "against ref::kda_forward, softplus gate" : "against ref::kda_forward", 2, 32, 7,
+                             false, {90, 1, 60}, 59);
+        fw.hidden = 96;
+        if (softplus) fw.lb.reset();
+        out.push_back(std::make_unique<KdaCase>(Mode::layer, fw));
+    }
     Scenario longc = pieces("8192 tokens, 12 heads", 12, 128, 0, true, {8192}, 58, 2048);
     longc.quick = false;
     out.push_back(std::make_unique<KdaCase>(Mode::layer, longc));
