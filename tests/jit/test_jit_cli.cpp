@@ -37,7 +37,8 @@ TEST_CASE("kiln jit families lists the built-in families") {
     auto fams = nlohmann::json::parse(j.out);
     REQUIRE(fams.size() == kiln::jit::builtin_families().list().size());
     CHECK(fams[0]["family"] == "dequant_gemv");
-    CHECK(fams[1]["modes"][0] == "indexed");
+    for (const auto& f : fams)
+        if (f["family"] == "moe_routing") CHECK(f["modes"][0] == "indexed");
     // every family's named config fields, with their ranges
     bool decode = false;
     for (const auto& f : fams)
