@@ -11,6 +11,10 @@
 #include "jit/families/mla_combine.hpp"
 #include "jit/families/mla_decode.hpp"
 #include "jit/families/mla_prefill.hpp"
+#include "jit/families/kda_chunk.hpp"
+#include "jit/families/kda_decode.hpp"
+#include "jit/families/kda_out_norm.hpp"
+#include "jit/families/kda_prep.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -46,6 +50,10 @@ void register_builtin_families(FamilyRegistry& r) {
     r.add(std::make_unique<MlaDecodeFamily>());
     r.add(std::make_unique<MlaPrefillFamily>());
     r.add(std::make_unique<MlaCombineFamily>());
+    r.add(std::make_unique<KdaPrepFamily>());
+    r.add(std::make_unique<KdaChunkFamily>());
+    r.add(std::make_unique<KdaDecodeFamily>());
+    r.add(std::make_unique<KdaOutNormFamily>());
 }
 
 }  // namespace kiln::jit

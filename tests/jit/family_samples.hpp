@@ -19,6 +19,10 @@
 #include "jit/families/mla_combine.hpp"
 #include "jit/families/mla_decode.hpp"
 #include "jit/families/mla_prefill.hpp"
+#include "jit/families/kda_chunk.hpp"
+#include "jit/families/kda_decode.hpp"
+#include "jit/families/kda_out_norm.hpp"
+#include "jit/families/kda_prep.hpp"
 #include "jit/families/moe_routing.hpp"
 #include "jit/families/moe_w4a16_combine.hpp"
 #include "jit/families/moe_w4a16_decode.hpp"
@@ -131,6 +135,14 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
         std::vector<KernelDescriptor> v = {MlaPrefillFamily::descriptor(64, 16, t)};
             v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
             v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 4, 8, true));
+    if (family == KdaPrepFamily::k_name) {
+        std::vector<KernelDescriptor> v = {KdaPrepFamily::descriptor(128, t), KdaPrepFamily::descriptor(32, t)};
+        if (!host) v.push_back(KdaPrepFamily::descriptor(64, t, 4));
+    if (family == KdaChunkFamily::k_name) return {KdaChunkFamily::descriptor(128, t), KdaChunkFamily::descriptor(32, t)};
+    if (family == KdaDecodeFamily::k_name) {
+        std::vector<KernelDescriptor> v = {KdaDecodeFamily::descriptor(128, t), KdaDecodeFamily::descriptor(64, t)};
+        if (!host) v.push_back(KdaDecodeFamily::descriptor(128, t, 4));
+    if (family == KdaOutNormFamily::k_name) return {KdaOutNormFamily::descriptor(128, t)};
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};
 }

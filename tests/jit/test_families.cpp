@@ -21,20 +21,17 @@ TEST_CASE("registry: explicit registration, lookup, duplicates refused") {
     CHECK(r.list().empty());
     CHECK_THROWS_AS(r.get("moe_routing"), kiln::NotFound);
     register_builtin_families(r);
-    CHECK(r.list().size() == 15);
+    CHECK(r.list().size() == 24);
     CHECK(r.list()[0]->name() == "attn_res");
-    CHECK(r.list()[11]->name() == "moe_w4a16_route");
-    CHECK(r.list()[14]->name() == "sample");
+    CHECK(r.list()[20]->name() == "moe_w4a16_route");
+    CHECK(r.list()[23]->name() == "sample");
     CHECK(r.get("moe_routing").name() == "moe_routing");
     CHECK_THROWS_AS(r.add(std::make_unique<MoeRoutingFamily>()), kiln::InvalidArgument);
     try {
         r.get("moe_grouped");
         FAIL("expected NotFound");
     } catch (const kiln::NotFound& e) {
-        CHECK(std::string(e.what()).find("(registered: attn_res, dequant_gemv, embedding, glu, linear, moe_routing, "
-                                         "moe_w4a16_combine, moe_w4a16_decode, moe_w4a16_decode_fused, moe_w4a16_dequant, "
-                                         "moe_w4a16_prefill, moe_w4a16_route, rmsnorm, router, sample)") !=
-              std::string::npos);
+        CHECK(std::string(e.what()).find("(registered: attn_res, dequant_gemv, embedding, glu, kda_chunk, kda_decode, kda_out_norm, kda_prep, linear, mla_absorb, mla_cache_append, mla_combine, mla_decode, mla_prefill, moe_routing, moe_w4a16_combine, moe_w4a16_decode, moe_w4a16_decode_fused, moe_w4a16_dequant, moe_w4a16_prefill, moe_w4a16_route, rmsnorm, router, sample)") != std::string::npos);
     }
     // Every family has a host implementation unless it is a device-only fusion of families that do (a family
     // with neither is refused at registration).

@@ -39,6 +39,8 @@ TEST_CASE("kiln jit families lists the built-in families") {
     CHECK(fams[0]["family"] == "attn_res");
     CHECK(fams[1]["family"] == "dequant_gemv");
     CHECK(fams[1]["modes"][0] == "dense");
+    for (const auto& f : fams)
+        if (f["family"] == "moe_routing") CHECK(f["modes"][0] == "indexed");
     // every family's named config fields, with their ranges
     bool decode = false;
     for (const auto& f : fams)

@@ -28,5 +28,10 @@ void add_mla_decode_cases(CaseList& out);
 void add_mla_prefill_cases(CaseList& out);
 void add_mla_combine_cases(CaseList& out);
 void add_mla_layer_cases(CaseList& out);
+void add_kda_prep_cases(CaseList& out);
+void add_kda_chunk_cases(CaseList& out);
+void add_kda_decode_cases(CaseList& out);
+void add_kda_out_norm_cases(CaseList& out);
+void add_kda_cases(CaseList& out);
 
 }  // namespace kiln::ops

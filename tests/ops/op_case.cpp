@@ -39,6 +39,11 @@ const FamilyCases k_families[] = {
     {"mla_prefill", add_mla_prefill_cases},
     {"mla_combine", add_mla_combine_cases},
     {"mla", add_mla_layer_cases},
+    {"kda_prep", add_kda_prep_cases},
+    {"kda_chunk", add_kda_chunk_cases},
+    {"kda_decode", add_kda_decode_cases},
+    {"kda_out_norm", add_kda_out_norm_cases},
+    {"kda", add_kda_cases},
 };
 
 }  // namespace

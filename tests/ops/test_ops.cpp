@@ -68,6 +68,11 @@ TEST_CASE("mla_decode") { run_family("mla_decode"); }
 TEST_CASE("mla_prefill") { run_family("mla_prefill"); }
 TEST_CASE("mla_combine") { run_family("mla_combine"); }
 TEST_CASE("mla") { run_family("mla"); }
+TEST_CASE("kda_prep") { run_family("kda_prep"); }
+TEST_CASE("kda_chunk") { run_family("kda_chunk"); }
+TEST_CASE("kda_decode") { run_family("kda_decode"); }
+TEST_CASE("kda_out_norm") { run_family("kda_out_norm"); }
+TEST_CASE("kda") { run_family("kda"); }
 
 TEST_CASE("every family has a test case above") {
     const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
@@ -77,6 +82,8 @@ TEST_CASE("every family has a test case above") {
                             "linear_layer"};
                             "moe_w4a16",         "mla_cache_append",  "mla_absorb",             "mla_decode",
                             "mla_prefill",       "mla_combine",       "mla"};
+                            "moe_w4a16",         "kda_prep",          "kda_chunk",              "kda_decode",
+                            "kda_out_norm",      "kda"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
