@@ -129,19 +129,31 @@ inline std::vector<jit::KernelDescriptor> sample_descriptors(std::string_view fa
         return {MlaAbsorbFamily::descriptor(MlaAbsorbMode::q, t), MlaAbsorbFamily::descriptor(MlaAbsorbMode::out, t)};
     if (family == MlaDecodeFamily::k_name) {
         std::vector<KernelDescriptor> v = {MlaDecodeFamily::descriptor(64, 16, t)};
+        if (!host) {
             v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32));
             v.push_back(MlaDecodeFamily::descriptor(512, 64, t, 32, true));
+        }
+        return v;
+    }
     if (family == MlaPrefillFamily::k_name) {
         std::vector<KernelDescriptor> v = {MlaPrefillFamily::descriptor(64, 16, t)};
+        if (!host) {
             v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 2, 8));
             v.push_back(MlaPrefillFamily::descriptor(512, 64, t, 4, 8, true));
+        }
+        return v;
+    }
     if (family == KdaPrepFamily::k_name) {
         std::vector<KernelDescriptor> v = {KdaPrepFamily::descriptor(128, t), KdaPrepFamily::descriptor(32, t)};
         if (!host) v.push_back(KdaPrepFamily::descriptor(64, t, 4));
+        return v;
+    }
     if (family == KdaChunkFamily::k_name) return {KdaChunkFamily::descriptor(128, t), KdaChunkFamily::descriptor(32, t)};
     if (family == KdaDecodeFamily::k_name) {
         std::vector<KernelDescriptor> v = {KdaDecodeFamily::descriptor(128, t), KdaDecodeFamily::descriptor(64, t)};
         if (!host) v.push_back(KdaDecodeFamily::descriptor(128, t, 4));
+        return v;
+    }
     if (family == KdaOutNormFamily::k_name) return {KdaOutNormFamily::descriptor(128, t)};
     FAIL("no sample descriptors for family " << std::string(family) << ": add them to tests/jit/family_samples.hpp");
     return {};

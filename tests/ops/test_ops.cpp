@@ -75,15 +75,11 @@ TEST_CASE("kda_out_norm") { run_family("kda_out_norm"); }
 TEST_CASE("kda") { run_family("kda"); }
 
 TEST_CASE("every family has a test case above") {
-    const char* listed[] = {"dequant_gemv",      "moe_routing",       "moe_w4a16_route",        "moe_w4a16_dequant",
-                            "moe_w4a16_combine", "moe_w4a16_decode",  "moe_w4a16_decode_fused", "moe_w4a16_prefill",
-                            "moe_w4a16",         "rmsnorm",           "glu",                    "embedding",
-                            "attn_res",          "router",            "linear",                 "sample",
-                            "linear_layer"};
-                            "moe_w4a16",         "mla_cache_append",  "mla_absorb",             "mla_decode",
-                            "mla_prefill",       "mla_combine",       "mla"};
-                            "moe_w4a16",         "kda_prep",          "kda_chunk",              "kda_decode",
-                            "kda_out_norm",      "kda"};
+    const char* listed[] = {"dequant_gemv", "moe_routing", "moe_w4a16_route", "moe_w4a16_dequant", "moe_w4a16_combine",
+                            "moe_w4a16_decode", "moe_w4a16_decode_fused", "moe_w4a16_prefill", "moe_w4a16", "rmsnorm",
+                            "glu", "embedding", "attn_res", "router", "linear", "sample", "linear_layer",
+                            "mla_cache_append", "mla_absorb", "mla_decode", "mla_prefill", "mla_combine", "mla",
+                            "kda_prep", "kda_chunk", "kda_decode", "kda_out_norm", "kda"};
     for (const std::string& f : kiln::ops::families()) {
         bool found = false;
         for (const char* l : listed) found = found || f == l;
