@@ -12,6 +12,20 @@ namespace kiln::autotune {
 TunedTables TunedTables::load(const std::string& path, const SkuIdentity& sku) {
     TuneDb db = TuneDb::open_read(path);
     if (const std::string why = db.refusal(sku); !why.empty()) throw TuneDbError(why);
+    return from_db(db);
+}
+
+TunedTables TunedTables::load_for_target(const std::string& path, const std::string& target) {
+    TuneDb db = TuneDb::open_read(path);
+    const SkuIdentity& s = db.sku();
+    const bool ok = target == "host" ? s.kind == "host" : s.target == target;
+    if (!ok)
+        throw TuneDbError(fmt::format("{} was tuned for {} ({}), not for {}", path, s.target, s.summary(), target));
+    return from_db(db);
+}
+
+TunedTables TunedTables::from_db(const TuneDb& db) {
+    const std::string& path = db.path();
     TunedTables t;
     t.path_ = path;
     t.sku_ = db.sku();
@@ -48,9 +62,10 @@ std::string TunedTables::in_force(const ShapeKey& shape) const {
 }
 
 ShapeKey moe_w4a16_shape_key(int hidden, int intermediate, int experts, int topk, jit::WeightFormat format,
-                             std::string_view activation) {
+                             std::string_view activation, int ep_size) {
     return ShapeKey{"moe_w4a16", "layer", hidden, intermediate, experts, topk,
-                    fmt::format("{}/{}", jit::to_string(format), activation)};
+                    fmt::format("{}/{}{}", jit::to_string(format), activation,
+                                ep_size > 1 ? fmt::format("/ep{}", ep_size) : "")};
 }
 
 void apply_tuning_text(MoeW4A16Tuning& t, std::string_view text) {

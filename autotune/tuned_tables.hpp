@@ -19,6 +19,8 @@
 
 namespace kiln::autotune {
 
+class TuneDb;
+
 class TunedTables {
 public:
     TunedTables() = default;  // no DB: heuristics everywhere
@@ -26,6 +28,10 @@ public:
     // Reads the DB at `path`. A DB measured on another SKU than `sku` is refused (TuneDbError naming both);
     // NotFound when the file does not exist.
     static TunedTables load(const std::string& path, const SkuIdentity& sku);
+    // For building kernels of `target` on another machine (`kiln cache build`): the DB must have been
+    // measured for that target ("sm_90a" against the DB's SKU target; "host" against a host SKU), else
+    // TuneDbError naming both.
+    static TunedTables load_for_target(const std::string& path, const std::string& target);
 
     bool empty() const { return windows_.empty(); }
     const std::string& path() const { return path_; }
@@ -40,6 +46,7 @@ public:
     std::string in_force(const ShapeKey& shape) const;
 
 private:
+    static TunedTables from_db(const TuneDb& db);
     struct Range {
         ShapeKey shape;
         size_t first = 0, count = 0;
@@ -51,9 +58,10 @@ private:
     std::optional<VerifyCostTable> verify_cost_;
 };
 
-// The ShapeKey of a moe_w4a16 layer: mode "layer", n = hidden, k = intermediate, e = local experts.
+// The ShapeKey of a moe_w4a16 layer: mode "layer", n = hidden, k = intermediate, e = local experts; the
+// variant names the format, the activation and, above 1, the expert-parallel ranks ("mxfp4_g32_e8m0/situ_glu").
 ShapeKey moe_w4a16_shape_key(int hidden, int intermediate, int experts, int topk, jit::WeightFormat format,
-                             std::string_view activation);
+                             std::string_view activation, int ep_size = 1);
 
 // One moe_w4a16 layer a server builds for a shape: calls of m_lo..m_hi tokens run on it; it holds up to
 // max_tokens tokens per call (its kernels are built for that M-bucket) with `tuning`.
