@@ -245,7 +245,8 @@ void print_db(const json& j) {
                s["compute_units"].get<int>(), s["kind"] == "cuda" ? "SMs" : "threads", human_bytes(s["memory_bytes"].get<uint64_t>()),
                s["target"].get<std::string>());
     auto or_dash = [](const json& v) { return v.get<std::string>().empty() ? std::string("-") : v.get<std::string>(); };
-    fmt::print("recorded clock {} MHz, cache {}, driver {}, NVRTC {}, LLVM {}\n\n", s["clock_khz"].get<int>() / 1000,
+    const int mhz = s["clock_khz"].get<int>() / 1000;
+    fmt::print("recorded clock {}, cache {}, driver {}, NVRTC {}, LLVM {}\n\n", mhz ? fmt::format("{} MHz", mhz) : "-",
                human_bytes(s["cache_bytes"].get<uint64_t>()), or_dash(s["driver"]), or_dash(s["nvrtc"]), or_dash(s["llvm"]));
     print_windows(j);
     print_best(j);
@@ -317,18 +318,19 @@ void cmd_tune(const TuneArgs& a) {
     dopt.store = &store;
     jit::Dispatcher disp(dopt);
 
+    model::tune::MoeSweepOptions mo;
+    mo.max_tokens = a.model.max_tokens ? a.model.max_tokens : host ? 256 : 8192;
+    // the cases first: an unknown family or a model with nothing to tune leaves no file behind
+    const std::vector<autotune::SweepCase> cases =
+        model::tune::model_sweep_cases(config, a.families, disp, *backend, sku, mo, a.model.ep_size);
     std::error_code ec;
     const bool exists = fs::exists(a.out, ec);
     autotune::TuneDb db = a.resume && exists ? autotune::TuneDb::resume(a.out, sku) : autotune::TuneDb::create(a.out, sku);
-    model::tune::MoeSweepOptions mo;
-    mo.max_tokens = a.model.max_tokens ? a.model.max_tokens : host ? 256 : 8192;
     const std::string recorded = db.meta("sweep.max_tokens");
     if (!recorded.empty() && recorded != std::to_string(mo.max_tokens))
         throw InvalidArgument(fmt::format("{} was swept up to --max-tokens {}; resume it with the same value", a.out, recorded));
     db.set_meta("sweep.max_tokens", std::to_string(mo.max_tokens));
     db.set_meta("sweep.ep_size", std::to_string(a.model.ep_size));
-    const std::vector<autotune::SweepCase> cases =
-        model::tune::model_sweep_cases(config, a.families, disp, *backend, sku, mo, a.model.ep_size);
 
     fmt::print(stderr, "kiln tune: {} on {} ({}), {} shape{}, up to {} tokens per call{}\n",
                a.model.model_dir.empty() ? a.model.preset : a.model.model_dir, sku.summary(), why, cases.size(),
