@@ -226,8 +226,16 @@ HostKernelLoader& Dispatcher::host_loader() {
 // The host loader memoises by descriptor itself; the entry also goes into the dispatcher's map so
 // later get() calls take the one-lookup path.
 const LoadedKernel& Dispatcher::load_host(const KernelDescriptor& d) {
-    const LoadedKernel& k = host_loader().get(d);
+    HostKernelLoader& loader = host_loader();
+    const LoadedKernel& k = loader.get(d);
     loads_.fetch_add(1, std::memory_order_relaxed);
+    {
+        // each host kernel counts once, as a compile or a store hit (requested and canonical descriptors
+        // of one kernel reach here separately)
+        std::lock_guard<std::mutex> lock(host_mu_);
+        if (host_counted_.insert(&k).second)
+            (loader.stats(k).cache_hit ? store_hits_ : compiles_).fetch_add(1, std::memory_order_relaxed);
+    }
     return *map_.insert(d, &k);
 }
 

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/store.hpp"
@@ -89,7 +90,7 @@ public:
     Target device_target();
 
     struct Stats {
-        uint64_t compiles = 0;    // NVRTC compiles run by this dispatcher
+        uint64_t compiles = 0;    // NVRTC and host (clang) compiles run by this dispatcher
         uint64_t store_hits = 0;  // artifacts read from the store
         uint64_t loads = 0;       // libraries loaded
     };
@@ -136,6 +137,7 @@ private:
     HostKernelLoader& host_loader();
     std::mutex host_mu_;
     std::unique_ptr<HostKernelLoader> host_;
+    std::unordered_set<const LoadedKernel*> host_counted_;  // host kernels counted in compiles_ / store_hits_
 #endif
     const LoadedKernel& load_host(const KernelDescriptor& d);
     BuildResult build_host(const KernelDescriptor& canonical);

@@ -60,10 +60,9 @@ void zero(runtime::Stream& s, const runtime::Buffer& b) {
 
 }  // namespace
 
-MoeW4A16::MoeW4A16(jit::Dispatcher& disp, runtime::Backend& backend, const weights::PreparedMoeWeights& gate_up,
-                   const weights::PreparedMoeWeights& down, const MoeW4A16Shape& shape,
-                   const autotune::MoeW4A16Tuning& tuning)
-    : backend_(backend), shape_(shape), tuning_(tuning) {
+MoeW4A16KernelSet moe_w4a16_kernel_set(const weights::PreparedMoeWeights& gate_up, const weights::PreparedMoeWeights& down,
+                                       const MoeW4A16Shape& shape, const autotune::MoeW4A16Tuning& tuning,
+                                       jit::Target target) {
     if (!gate_up.gate_up) throw InvalidArgument("moe_w4a16: the first weights must be the interleaved gate/up matrices");
     if (down.gate_up) throw InvalidArgument("moe_w4a16: the second weights must be the down matrices");
     weights::require_layout(gate_up, weights::W4Layout::decode_mma16, gate_up.format, "moe_w4a16 gate_up");
@@ -78,6 +77,107 @@ MoeW4A16::MoeW4A16(jit::Dispatcher& disp, runtime::Backend& backend, const weigh
     if (shape.topk < 1 || shape.max_tokens < 1) throw InvalidArgument("moe_w4a16: topk and max_tokens must be positive");
     if (shape.ep_size < 1) throw InvalidArgument(fmt::format("moe_w4a16: ep_size={} must be at least 1", shape.ep_size));
     autotune::validate(tuning);
+    MoeW4A16KernelSet ks;
+    const int experts = down.experts;
+    const bool host = target.is_host();
+    ks.wgmma = tuning.prefill_wgmma && jit::moe::has_wgmma(target);
+    if (tuning.prefill_block_m > 64 && !ks.wgmma)
+        throw InvalidArgument(fmt::format("moe_w4a16: prefill_block_m={} needs the warpgroup-MMA prefill (sm_90a)",
+                                          tuning.prefill_block_m));
+    ks.tiles = tuning.tiles ? tuning.tiles : autotune::choose_tiles(shape.max_tokens, shape.topk, experts);
+    const int bm = 8 * ks.tiles;
+
+    const auto gu_shape = matrix_shape(gate_up), dn_shape = matrix_shape(down);
+    const int64_t max_slots = static_cast<int64_t>(shape.max_tokens) * shape.topk;
+    ks.prefill_possible = autotune::prefill_call(tuning, max_slots, experts);
+    const bool decode_rows_possible = tuning.rows_combine_min >= 0 && max_slots >= tuning.rows_combine_min;
+    const auto gu_pick = host ? SchedulePick::static_shares : tuning.gate_up_schedule;
+    const auto dn_pick = host ? SchedulePick::static_shares : tuning.down_schedule;
+    const bool fused_possible = !host && tuning.fuse && tuning.fused_min >= 0 && max_slots >= tuning.fused_min &&
+                                gu_pick != SchedulePick::static_shares && dn_pick != SchedulePick::static_shares &&
+                                MoeW4A16DecodeFusedFamily::fusable(gate_up.n_pad, gate_up.k, tuning.decode_block_k);
+    ks.rows_possible = ks.prefill_possible || decode_rows_possible || fused_possible;
+    const bool gu_dyn_possible = gu_pick == SchedulePick::dynamic ||
+                                 (gu_pick == SchedulePick::automatic && tuning.gate_up_dynamic_max_slots > 0);
+    const bool gu_static_possible = gu_pick == SchedulePick::static_shares ||
+                                    (gu_pick == SchedulePick::automatic && max_slots >= tuning.gate_up_dynamic_max_slots);
+    ks.down_dynamic = dn_pick != SchedulePick::static_shares;
+
+    ks.route = MoeW4A16RouteFamily::descriptor(experts, bm, target);
+    // the unfused decode kernels take decode_block_k where it divides their K
+    const auto bk_for = [&](const weights::PreparedMoeWeights& w) {
+        return tuning.decode_block_k > 0 && w.k_pad % tuning.decode_block_k == 0 ? tuning.decode_block_k : 0;
+    };
+    const int gu_bk = bk_for(gate_up), dn_bk = bk_for(down);
+    if (gu_static_possible)
+        ks.gate_up = MoeW4A16DecodeFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, bm, target, false, false, gu_bk);
+    if (gu_dyn_possible)
+        ks.gate_up_dyn = MoeW4A16DecodeFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, bm, target, true, false, gu_bk);
+    ks.down = MoeW4A16DecodeFamily::descriptor(Matrix::down, dn_shape, shape.act, bm, target, ks.down_dynamic, false, dn_bk);
+    if (decode_rows_possible)
+        ks.down_rows = MoeW4A16DecodeFamily::descriptor(Matrix::down, dn_shape, shape.act, bm, target, ks.down_dynamic, true, dn_bk);
+    if (ks.rows_possible && (ks.prefill_possible || decode_rows_possible))
+        ks.combine = MoeW4A16CombineFamily::descriptor(target);
+    if (fused_possible) {
+        // The fused kernel routes in shared memory: calls up to fused_max_slots routed slots fit (the routing
+        // area grows with the m-block capacity); larger ones take the unfused kernels.
+        const jit::KernelDescriptor fd = MoeW4A16DecodeFusedFamily::descriptor(gu_shape, shape.act, bm, target,
+                                                                               tuning.decode_stages, tuning.decode_block_k);
+        const auto fits = [&](int64_t s, int k_groups) {
+            return MoeW4A16DecodeFusedFamily::call_smem(fd, s, experts, moe_w4a16_mblock_capacity(s, experts, bm),
+                                                        shape.topk, k_groups) > 0;
+        };
+        // fewer warp groups per item where K has too few stages or the partial sums leave no room in the
+        // largest call that shares items
+        const int64_t kg_slots = std::max(tuning.fused_min, std::min(tuning.fused_k_groups_max_slots, max_slots));
+        int kg = tuning.fused_k_groups;
+        while (kg > 1 && !(MoeW4A16DecodeFusedFamily::k_groups_ok(fd, kg) && fits(kg_slots, kg))) kg /= 2;
+        ks.fused_k_groups = tuning.fused_k_groups_max_slots >= tuning.fused_min ? kg : 1;
+        int64_t lo = tuning.fused_min, hi = max_slots;
+        if (fits(lo, 1)) {
+            while (lo < hi) {  // the largest fitting slot count (the need grows with the slots)
+                const int64_t mid = lo + (hi - lo + 1) / 2;
+                if (fits(mid, 1)) lo = mid;
+                else hi = mid - 1;
+            }
+            ks.fused_max_slots = lo;
+            ks.fused = fd;
+        }
+    }
+    if (ks.prefill_possible) {
+        // Every block_m a call from prefill_min slots up to the workspace may pick (the rule is monotone).
+        const int bm_lo = autotune::prefill_block_m(tuning, std::max<int64_t>(1, tuning.prefill_min * experts),
+                                                    experts, shape.ep_size, ks.wgmma);
+        const int bm_hi = autotune::prefill_block_m(tuning, max_slots, experts, shape.ep_size, ks.wgmma);
+        const jit::MoeMma mma = ks.wgmma ? jit::MoeMma::wgmma : jit::MoeMma::sync;
+        for (int b = bm_lo; b <= bm_hi; b += 64) {
+            MoeW4A16KernelSet::Prefill& k = ks.prefill[b / 64 - 1];
+            k.route = MoeW4A16RouteFamily::descriptor(experts, b, target);
+            k.gate_up = MoeW4A16PrefillFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, target, mma,
+                                                          tuning.prefill_wide && b == 64, b);
+            k.down = MoeW4A16PrefillFamily::descriptor(Matrix::down, dn_shape, shape.act, target, mma,
+                                                       tuning.prefill_wide && b == 64, b);
+        }
+    }
+    return ks;
+}
+
+std::vector<jit::KernelDescriptor> MoeW4A16KernelSet::all() const {
+    std::vector<jit::KernelDescriptor> out = {route, down};
+    for (const auto* d : {&gate_up, &gate_up_dyn, &down_rows, &combine, &fused})
+        if (*d) out.push_back(**d);
+    for (const Prefill& p : prefill)
+        if (p.route) out.insert(out.end(), {*p.route, *p.gate_up, *p.down});
+    return out;
+}
+
+MoeW4A16::MoeW4A16(jit::Dispatcher& disp, runtime::Backend& backend, const weights::PreparedMoeWeights& gate_up,
+                   const weights::PreparedMoeWeights& down, const MoeW4A16Shape& shape,
+                   const autotune::MoeW4A16Tuning& tuning)
+    : backend_(backend), shape_(shape), tuning_(tuning) {
+    const bool host = backend.kind() == runtime::BackendKind::host;
+    target_ = host ? jit::Target::host_target() : disp.device_target();
+    const MoeW4A16KernelSet ks = moe_w4a16_kernel_set(gate_up, down, shape, tuning, target_);
     gu_ = gate_up;
     gu_.bytes.clear();
     dn_ = down;
@@ -86,93 +186,40 @@ MoeW4A16::MoeW4A16(jit::Dispatcher& disp, runtime::Backend& backend, const weigh
     inter_pad_ = down.k_pad;
     experts_ = down.experts;
     compute_units_ = backend.compute_units();
-    const bool host = backend.kind() == runtime::BackendKind::host;
-    target_ = host ? jit::Target::host_target() : disp.device_target();
-    wgmma_ = tuning.prefill_wgmma && jit::moe::has_wgmma(target_);
-    if (tuning.prefill_block_m > 64 && !wgmma_)
-        throw InvalidArgument(fmt::format("moe_w4a16: prefill_block_m={} needs the warpgroup-MMA prefill (sm_90a)",
-                                          tuning.prefill_block_m));
-    tiles_ = tuning.tiles ? tuning.tiles : autotune::choose_tiles(shape.max_tokens, shape.topk, experts_);
+    wgmma_ = ks.wgmma;
+    tiles_ = ks.tiles;
     const int bm = 8 * tiles_;
-
-    const auto gu_shape = matrix_shape(gate_up), dn_shape = matrix_shape(down);
     const int64_t max_slots = static_cast<int64_t>(shape.max_tokens) * shape.topk;
-    const bool prefill_possible = autotune::prefill_call(tuning, max_slots, experts_);
-    const bool decode_rows_possible = tuning.rows_combine_min >= 0 && max_slots >= tuning.rows_combine_min;
-    const auto gu_pick = host ? SchedulePick::static_shares : tuning.gate_up_schedule;
-    const auto dn_pick = host ? SchedulePick::static_shares : tuning.down_schedule;
-    const bool fused_possible = !host && tuning.fuse && tuning.fused_min >= 0 && max_slots >= tuning.fused_min &&
-                                gu_pick != SchedulePick::static_shares && dn_pick != SchedulePick::static_shares &&
-                                MoeW4A16DecodeFusedFamily::fusable(gate_up.n_pad, gate_up.k, tuning.decode_block_k);
-    const bool rows_possible = prefill_possible || decode_rows_possible || fused_possible;
-    const bool gu_dyn_possible = gu_pick == SchedulePick::dynamic ||
-                                 (gu_pick == SchedulePick::automatic && tuning.gate_up_dynamic_max_slots > 0);
-    const bool gu_static_possible = gu_pick == SchedulePick::static_shares ||
-                                    (gu_pick == SchedulePick::automatic && max_slots >= tuning.gate_up_dynamic_max_slots);
-    const bool dn_dyn = dn_pick != SchedulePick::static_shares;
+    const bool prefill_possible = ks.prefill_possible;
+    const bool decode_rows_possible = ks.down_rows.has_value();
+    const bool rows_possible = ks.rows_possible;
+    const bool dn_dyn = ks.down_dynamic;
 
-    k_route_ = &disp.get(MoeW4A16RouteFamily::descriptor(experts_, bm, target_));
-    // the unfused decode kernels take decode_block_k where it divides their K
-    const auto bk_for = [&](const weights::PreparedMoeWeights& w) {
-        return tuning.decode_block_k > 0 && w.k_pad % tuning.decode_block_k == 0 ? tuning.decode_block_k : 0;
-    };
-    const int gu_bk = bk_for(gate_up), dn_bk = bk_for(down);
-    if (gu_static_possible)
-        k_gate_up_ = &disp.get(
-            MoeW4A16DecodeFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, bm, target_, false, false, gu_bk));
-    if (gu_dyn_possible)
-        k_gate_up_dyn_ = &disp.get(
-            MoeW4A16DecodeFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, bm, target_, true, false, gu_bk));
-    k_down_ = &disp.get(MoeW4A16DecodeFamily::descriptor(Matrix::down, dn_shape, shape.act, bm, target_, dn_dyn, false, dn_bk));
-    if (decode_rows_possible)
-        k_down_rows_ = &disp.get(
-            MoeW4A16DecodeFamily::descriptor(Matrix::down, dn_shape, shape.act, bm, target_, dn_dyn, true, dn_bk));
-    if (rows_possible && (prefill_possible || decode_rows_possible))
-        k_combine_ = &disp.get(MoeW4A16CombineFamily::descriptor(target_));
-    if (fused_possible) {
-        // The fused kernel routes in shared memory: calls up to fused_max_slots_ routed slots fit (the routing
-        // area grows with the m-block capacity); larger ones take the unfused kernels.
-        const jit::KernelDescriptor fd = MoeW4A16DecodeFusedFamily::descriptor(gu_shape, shape.act, bm, target_,
-                                                                               tuning.decode_stages, tuning.decode_block_k);
-        const auto fits = [&](int64_t s, int k_groups) {
-            return MoeW4A16DecodeFusedFamily::call_smem(fd, s, experts_, moe_w4a16_mblock_capacity(s, experts_, bm),
-                                                        shape.topk, k_groups) > 0;
-        };
-        // fewer warp groups per item where K has too few stages or the partial sums leave no room in the
-        // largest call that shares items
-        const int64_t kg_slots = std::max(tuning.fused_min, std::min(tuning.fused_k_groups_max_slots, max_slots));
-        int kg = tuning.fused_k_groups;
-        while (kg > 1 && !(MoeW4A16DecodeFusedFamily::k_groups_ok(fd, kg) && fits(kg_slots, kg))) kg /= 2;
-        fused_k_groups_ = tuning.fused_k_groups_max_slots >= tuning.fused_min ? kg : 1;
-        int64_t lo = tuning.fused_min, hi = max_slots;
-        if (fits(lo, 1)) {
-            while (lo < hi) {  // the largest fitting slot count (the need grows with the slots)
-                const int64_t mid = lo + (hi - lo + 1) / 2;
-                if (fits(mid, 1)) lo = mid;
-                else hi = mid - 1;
-            }
-            fused_max_slots_ = lo;
-            k_fused_ = &disp.get(fd);
-        }
+    k_route_ = &disp.get(ks.route);
+    if (ks.gate_up) k_gate_up_ = &disp.get(*ks.gate_up);
+    if (ks.gate_up_dyn) k_gate_up_dyn_ = &disp.get(*ks.gate_up_dyn);
+    k_down_ = &disp.get(ks.down);
+    if (ks.down_rows) k_down_rows_ = &disp.get(*ks.down_rows);
+    if (ks.combine) k_combine_ = &disp.get(*ks.combine);
+    fused_k_groups_ = ks.fused_k_groups;
+    if (ks.fused) {
+        fused_max_slots_ = ks.fused_max_slots;
+        k_fused_ = &disp.get(*ks.fused);
     }
     // Sorted rows, the intermediate and down's rows cover every m-block size a call may use.
     mblock_cap_ = moe_w4a16_mblock_capacity(max_slots, experts_, bm);
     size_t rows = static_cast<size_t>(mblock_cap_) * bm;
     int info_cap = mblock_cap_;
     if (prefill_possible) {
-        // Every block_m a call from prefill_min slots up to the workspace may pick (the rule is monotone).
-        const int bm_lo = autotune::prefill_block_m(tuning, std::max<int64_t>(1, tuning.prefill_min * experts_),
-                                                    experts_, shape.ep_size, wgmma_);
-        const int bm_hi = autotune::prefill_block_m(tuning, max_slots, experts_, shape.ep_size, wgmma_);
         has_prefill_ = true;
-        const jit::MoeMma mma = wgmma_ ? jit::MoeMma::wgmma : jit::MoeMma::sync;
-        for (int b = bm_lo; b <= bm_hi; b += 64) {
-            PrefillKernels& k = pre_[b / 64 - 1];
-            k.route = &disp.get(MoeW4A16RouteFamily::descriptor(experts_, b, target_));
-            k.gate_up = &disp.get(MoeW4A16PrefillFamily::descriptor(Matrix::gate_up, gu_shape, shape.act, target_, mma,
-                                                                    tuning.prefill_wide && b == 64, b));
-            k.down = &disp.get(MoeW4A16PrefillFamily::descriptor(Matrix::down, dn_shape, shape.act, target_, mma,
-                                                                 tuning.prefill_wide && b == 64, b));
+        for (int i = 0; i < 3; ++i) {
+            const MoeW4A16KernelSet::Prefill& d = ks.prefill[i];
+            if (!d.route) continue;
+            const int b = 64 * (i + 1);
+            PrefillKernels& k = pre_[i];
+            k.route = &disp.get(*d.route);
+            k.gate_up = &disp.get(*d.gate_up);
+            k.down = &disp.get(*d.down);
             const int cap = moe_w4a16_mblock_capacity(max_slots, experts_, b);
             rows = std::max(rows, static_cast<size_t>(cap) * b);
             info_cap = std::max(info_cap, cap);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "autotune/heuristics/moe_w4a16.hpp"
@@ -64,6 +65,27 @@ struct MoeW4A16Tensors {
     runtime::TensorView topk_weights;  // f32 [M, topk]
     runtime::TensorView out;           // bf16 [M, hidden]
 };
+
+// The kernels a layer of this shape and tuning loads on `target`, as descriptors, before anything is
+// compiled or loaded: the constructor loads exactly these, and `kiln cache build` compiles them for a target
+// that need not be present. Throws InvalidArgument as the constructor does.
+struct MoeW4A16KernelSet {
+    struct Prefill {
+        std::optional<jit::KernelDescriptor> route, gate_up, down;
+    };
+    jit::KernelDescriptor route, down;
+    std::optional<jit::KernelDescriptor> gate_up, gate_up_dyn, down_rows, combine, fused;
+    Prefill prefill[3];  // by block_m / 64 - 1
+    int tiles = 1;
+    bool wgmma = false, prefill_possible = false, rows_possible = false, down_dynamic = false;
+    int fused_k_groups = 1;
+    int64_t fused_max_slots = 0;
+
+    std::vector<jit::KernelDescriptor> all() const;
+};
+MoeW4A16KernelSet moe_w4a16_kernel_set(const weights::PreparedMoeWeights& gate_up, const weights::PreparedMoeWeights& down,
+                                       const MoeW4A16Shape& shape, const autotune::MoeW4A16Tuning& tuning,
+                                       jit::Target target);
 
 class MoeW4A16 {
 public:

@@ -130,8 +130,8 @@ float mxfp4_value(std::span<const std::byte> packed, std::span<const std::byte> 
     return std::ldexp(e2m1_value(code), static_cast<int>(s) - 127);
 }
 
-PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool gate_up, int experts, int n, int k,
-                                       const MatrixSource& source) {
+PreparedMoeWeights moe_weights_layout(W4Format format, W4Layout layout, bool gate_up, int experts, int n, int k,
+                                      bool wide_scales) {
     if (format != W4Format::int4_g32_bf16 && format != W4Format::mxfp4_g32_e8m0)
         throw InvalidArgument("moe_w4a16: unknown weight format");
     if (layout != W4Layout::decode_mma16 && layout != W4Layout::prefill_mma16)
@@ -150,11 +150,20 @@ PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool ga
     w.format = format;
     w.layout = layout;
     w.gate_up = gate_up;
+    w.wide_scales = wide_scales;
     w.experts = experts;
     w.n = n;
     w.k = k;
     w.n_pad = gate_up ? 2 * round_up(n, 64) : round_up(n, sbr);  // gate_up: the intermediate covers the down K_pad
     w.k_pad = round_up(k, 64);
+    w.expert_stride = static_cast<uint64_t>(w.n_pad / sbr) * (w.k_pad / 64) * layout_record_bytes(format, layout);
+    return w;
+}
+
+PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool gate_up, int experts, int n, int k,
+                                       const MatrixSource& source) {
+    PreparedMoeWeights w = moe_weights_layout(format, layout, gate_up, experts, n, k);
+    const int sbr = layout_superblock_rows(layout);
     const int q_count = w.k_pad / 64;
     const int sb_count = w.n_pad / sbr;
     const int blocks = sbr / 16;

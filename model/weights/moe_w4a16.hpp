@@ -77,6 +77,11 @@ using MatrixSource = std::function<CheckpointMatrix(int expert, int part)>;
 PreparedMoeWeights prepare_moe_weights(W4Format format, W4Layout layout, bool gate_up, int experts, int n, int k,
                                        const MatrixSource& source);
 
+// The layout metadata prepare_moe_weights would produce for these sizes, without weights (bytes empty): what
+// kernels bake in, for planning and cache builds. Throws InvalidArgument as prepare_moe_weights does.
+PreparedMoeWeights moe_weights_layout(W4Format format, W4Layout layout, bool gate_up, int experts, int n, int k,
+                                      bool wide_scales = false);
+
 // Throws InvalidArgument naming both layouts when `w` was not packed for `expected` (e.g. prefill-packed
 // weights handed to a decode kernel), or when its format differs.
 void require_layout(const PreparedMoeWeights& w, W4Layout expected, W4Format format, std::string_view kernel);

@@ -30,6 +30,7 @@ void add_commands(CLI::App& app) {
     add_jit_command(app);
     add_make_model_command(app);
     add_generate_command(app);
+    add_tune_command(app);
 #if KILN_HAVE_TOKENIZER
     add_tokenize_commands(app);
 #endif

@@ -279,6 +279,7 @@ void add_cache_command(CLI::App& app) {
     sub("import", "Copy the verified kernels of a prebuilt cache file into the user cache", cmd_import)
         ->add_option("file", st->file, "Prebuilt cache file (.kcache)")
         ->required();
+    add_cache_build_command(*cache);
     sub("keygen", "Create an Ed25519 signing key pair (KEY.pem and KEY.pem.pub)", cmd_keygen)
         ->add_option("--out", st->keygen_out, "Private key file to write; the public key goes to <out>.pub")
         ->envname("KILN_KEYGEN_OUT")

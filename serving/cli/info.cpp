@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autotune/sku.hpp"
+#include "autotune/tune_db.hpp"
+#include "autotune/tuned_tables.hpp"
 #include "cache/store.hpp"
 #include "jit/cuda_toolkit.hpp"
 #include "jit/kernel_key.hpp"
@@ -17,6 +20,7 @@
 #include "runtime/cuda/driver.hpp"
 #include "runtime/cuda/device.hpp"
 #include "runtime/exec_target.hpp"
+#include "runtime/host/stream.hpp"
 #include "serving/cli/commands.hpp"
 #include "serving/cli/flags.hpp"
 #include "serving/cli/human_format.hpp"
@@ -29,7 +33,39 @@ namespace kiln::cli {
 
 namespace {
 
-nlohmann::json collect(cache::StoreOptions store_options) {
+// Which tuning dispatch uses on this machine's target: the tune DB's windows, or the heuristics and why.
+nlohmann::json tuning_state(const std::string& tune_db) {
+    nlohmann::json t;
+    t["db"] = tune_db;
+    if (tune_db.empty()) {
+        t["in_force"] = "heuristics";
+        t["reason"] = "no tune DB (--tune, KILN_TUNE_DB; kiln tune writes one)";
+        return t;
+    }
+    try {
+        const bool host = runtime::exec_target() == runtime::ExecTarget::host;
+        const autotune::SkuIdentity sku =
+            host ? autotune::host_sku(runtime::HostBackend().compute_units()) : autotune::cuda_sku(0);
+        const autotune::TunedTables tables = autotune::TunedTables::load(tune_db, sku);
+        t["sku"] = tables.sku().summary();
+        t["shapes"] = tables.shapes().size();
+        t["windows"] = tables.windows().size();
+        t["verify_cost"] = tables.verify_cost().has_value();
+        if (tables.empty()) {
+            t["in_force"] = "heuristics";
+            t["reason"] = "the tune DB has no windows yet (kiln tune --resume finishes it)";
+        } else {
+            t["in_force"] = "tuned";
+            t["reason"] = "";
+        }
+    } catch (const Error& e) {
+        t["in_force"] = "heuristics";
+        t["reason"] = std::string("tune DB refused: ") + e.what();
+    }
+    return t;
+}
+
+nlohmann::json collect(cache::StoreOptions store_options, const std::string& tune_db) {
     nlohmann::json j;
     j["version"] = KILN_VERSION;
     j["host_jit"] = static_cast<bool>(KILN_HAVE_HOST_JIT);
@@ -109,6 +145,7 @@ nlohmann::json collect(cache::StoreOptions store_options) {
     } catch (const Error& e) {
         j["cache"]["error"] = e.what();
     }
+    j["tuning"] = tuning_state(tune_db);
     return j;
 }
 
@@ -148,6 +185,13 @@ void print_human(const nlohmann::json& j) {
         fmt::print("cache layer  {} ({}): {} kernels, {} of kernels, {} on disk\n", l["path"].get<std::string>(),
                    l["trust"].get<std::string>(), l["entries"].get<uint64_t>(), human_bytes(l["bytes"].get<uint64_t>()),
                    human_bytes(l["file_bytes"].get<uint64_t>()));
+    const auto& t = j["tuning"];
+    if (t["in_force"] == "tuned")
+        fmt::print("tuning       tuned: {} ({}; {} shapes, {} windows{})\n", t["db"].get<std::string>(),
+                   t["sku"].get<std::string>(), t["shapes"].get<size_t>(), t["windows"].get<size_t>(),
+                   t["verify_cost"].get<bool>() ? ", verify_cost" : "");
+    else
+        fmt::print("tuning       heuristics (autotune/heuristics): {}\n", t["reason"].get<std::string>());
 }
 
 }  // namespace
@@ -155,11 +199,14 @@ void print_human(const nlohmann::json& j) {
 void add_info_command(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
     auto flags = std::make_shared<StoreFlags>();
+    auto tune_db = std::make_shared<std::string>();
     CLI::App* c = app.add_subcommand("info", "Devices, driver, NVRTC, target and kernel cache of this machine");
     add_json_flag(*c, *json, "JSON output");
     add_store_flags(*c, *flags);
-    c->callback([json, flags] {
-        nlohmann::json j = collect(flags->options());
+    c->add_option("--tune", *tune_db, "tune DB whose tables dispatch would use (kiln tune writes one)")
+        ->envname("KILN_TUNE_DB");
+    c->callback([json, flags, tune_db] {
+        nlohmann::json j = collect(flags->options(), *tune_db);
         if (*json) fmt::print("{}\n", j.dump(2));
         else print_human(j);
     });
